@@ -1,0 +1,170 @@
+"""Reading config files: TOML/JSON into checked Python values, with one clear error per problem.
+
+Every problem a user can make in a file (missing, negative, non-finite, mistyped or unknown field,
+unknown preset) raises :class:`ConfigError` naming the file, the field and what is allowed. The
+numeric core never sees unchecked input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+class ConfigError(ValueError):
+    """A bad value in a config file or request: says where (file, field) and what is allowed."""
+
+    def __init__(self, source: str, field: str, message: str):
+        self.source, self.field, self.message = str(source), field, message
+        where = f"{source}: " if source else ""
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file")
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(str(path), "", f"cannot be parsed: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "must hold a table/object at the top level")
+    return data
+
+
+@dataclass(frozen=True)
+class Num:
+    """Spec of one numeric field: its key (with unit), SI scale, bounds, default."""
+
+    key: str
+    scale: float = 1.0
+    lo: float = 0.0            # inclusive lower bound unless lo_open
+    hi: float = math.inf
+    lo_open: bool = False
+    integer: bool = False
+    default: float | None = None
+    required: bool = True
+
+    def allowed(self) -> str:
+        lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
+        hi = "" if math.isinf(self.hi) else f" and <= {self.hi:g}"
+        kind = "an integer" if self.integer else "a finite number"
+        return f"{kind} {lo}{hi}"
+
+
+class Section:
+    """A view of one table of a config file that checks each field as it is read.
+
+    `finish()` raises on any key that was never read, so a typo is never silently ignored.
+    """
+
+    def __init__(self, data: Any, source: str, prefix: str = ""):
+        self.source, self.prefix = source, prefix
+        if not isinstance(data, dict):
+            raise ConfigError(source, prefix.rstrip("."), "must be a table of fields")
+        self.data, self._seen = data, set()
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.source, self.name(key), message)
+
+    def _get(self, key: str, required: bool, default: Any) -> Any:
+        self._seen.add(key)
+        if key not in self.data:
+            if required:
+                raise self.error(key, "is missing")
+            return default
+        return self.data[key]
+
+    def num(self, spec: Num) -> float | None:
+        if spec.key not in self.data and spec.default is not None:
+            self._seen.add(spec.key)
+            return spec.default * spec.scale          # defaults are trusted, not range-checked
+        value = self._get(spec.key, spec.required, None)
+        if value is None:
+            return None
+        return check_number(value, spec, self.source, self.name(spec.key)) * spec.scale
+
+    def nums(self, spec: Num, length: int | None = None) -> list[float] | None:
+        """A list of numbers (or one number broadcast to `length`)."""
+        value = self._get(spec.key, spec.required and spec.default is None, spec.default)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            if length is None:
+                raise self.error(spec.key, "must be a list of numbers")
+            value = [value] * length
+        if length is not None and len(value) != length:
+            raise self.error(spec.key, f"must have {length} entries (one per table), has {len(value)}")
+        name = self.name(spec.key)
+        return [check_number(v, spec, self.source, f"{name}[{i}]") * spec.scale for i, v in enumerate(value)]
+
+    def text(self, key: str, choices: Iterable[str] | None = None, default: str | None = None) -> str:
+        value = self._get(key, default is None, default)
+        if not isinstance(value, str):
+            raise self.error(key, f"must be a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.error(key, f"is {value!r}; allowed: {', '.join(choices)}")
+        return value
+
+    def flag(self, key: str, default: bool | None = None) -> bool:
+        value = self._get(key, default is None, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def sub(self, key: str, required: bool = True) -> "Section":
+        value = self._get(key, required, {})
+        return Section(value, self.source, f"{self.name(key)}.")
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        return self._get(key, default is None, default)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self._seen)
+        if unknown:
+            raise self.error(unknown[0], f"is not a known field here (known: {', '.join(sorted(self._seen))})")
+
+
+def check_number(value: Any, spec: Num, source: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+    if spec.integer and int(value) != value:
+        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+    low_bad = value <= spec.lo if spec.lo_open else value < spec.lo
+    if low_bad or value > spec.hi:
+        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+    return float(value)
+
+
+def preset_path(kind: str, name: str) -> Path:
+    """The bundled file for preset `name` of `kind` ('chips', 'systems', 'models')."""
+    path = DATA_DIR / kind / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(preset_names(kind)) or "none"
+        raise ConfigError("", kind[:-1], f"unknown preset {name!r}; known {kind}: {known}")
+    return path
+
+
+def preset_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (DATA_DIR / kind).glob("*.toml"))

@@ -1,0 +1,55 @@
+"""Compute times: roofline with smooth efficiency curves, for dense GEMMs and embedding kernels.
+
+GEMM:   t = max(F / (peak * eta(F)), bytes / (B_hbm * e_hbm)) + t_launch,
+        eta(F) = eta_max * F / (F + F_half)          (saturating in the GEMM's FLOPs)
+Gather: t = bytes / (B_hbm * e_hbm * gamma(r)),  gamma(r) = gamma_max * r / (r + r_half)
+        for random reads of rows of r bytes (embedding lookups).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..hardware import Chip
+from ..workload import RankingModel
+
+
+def peak_flops(chip: Chip, dtype: str):
+    return {"bf16": chip.peak_bf16_flops, "fp8": chip.peak_fp8_flops, "fp32": chip.peak_fp32_flops}[dtype]
+
+
+def matmul_efficiency(chip: Chip, flops):
+    return chip.matmul_eff_max * flops / (flops + chip.matmul_half_flop)
+
+
+def gather_efficiency(chip: Chip, row_bytes):
+    return chip.gather_eff_max * row_bytes / (row_bytes + chip.gather_half_row_bytes)
+
+
+def hbm_time(chip: Chip, nbytes):
+    """Streaming HBM traffic at the achievable bandwidth."""
+    return nbytes / (chip.hbm_Bps * chip.hbm_eff)
+
+
+def gemm_times(chip: Chip, model: RankingModel, local_batch):
+    """Forward and backward time of each dense GEMM (arrays [G]) for `local_batch` samples.
+
+    Forward F = 2 b m n k; backward computes dX and dW: 2F (dW only where the GEMM has weights,
+    dX always). Bytes: inputs, outputs and weights once, plus the elementwise traffic after it.
+    """
+    d, ab, pb = model.dense, model.activation_bytes, model.param_bytes
+    peak = peak_flops(chip, model.dense_dtype)
+    flops = 2.0 * local_batch * d.m * d.n * d.k
+    io = local_batch * d.m * (d.n + d.k) * ab + d.weighted * d.n * d.k * pb
+    elem = hbm_time(chip, local_batch * d.elementwise * ab)
+    fwd = jnp.maximum(flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, io)) + elem + chip.launch_s
+    bwd_flops = flops * (1.0 + d.weighted)
+    bwd = (jnp.maximum(bwd_flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, 2.0 * io))
+           + elem + chip.launch_s * (1.0 + d.weighted))
+    return fwd, bwd
+
+
+def dense_flops(model: RankingModel):
+    """Training FLOPs per sample of the dense part: forward + backward (dX always, dW if weighted)."""
+    f = model.dense.flops_per_sample()
+    return jnp.sum(f * (2.0 + model.dense.weighted))

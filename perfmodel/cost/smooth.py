@@ -1,0 +1,31 @@
+"""Max and min that are exact at temperature 0 and smooth (log-sum-exp) above it.
+
+The temperature is relative: tau = temperature x the mean magnitude of the arguments, so the
+same temperature means the same sharpness for microseconds and seconds. It is a Python float
+(static): the hard evaluation compiles to exact max/min.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def _scale(x, temperature):
+    return temperature * jax.lax.stop_gradient(jnp.mean(jnp.abs(x)) + 1e-12)
+
+
+def smax(a, b, temperature: float = 0.0):
+    if temperature == 0.0:
+        return jnp.maximum(a, b)
+    a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+    return reduce_max(jnp.stack([a, b]), 0, temperature)
+
+
+def smin(a, b, temperature: float = 0.0):
+    return -smax(-jnp.asarray(a), -jnp.asarray(b), temperature)
+
+
+def reduce_max(x, axis=-1, temperature: float = 0.0):
+    if temperature == 0.0:
+        return jnp.max(x, axis=axis)
+    tau = _scale(x, temperature)
+    return tau * jax.nn.logsumexp(x / tau, axis=axis)

@@ -1,0 +1,228 @@
+"""evaluate(system, model, plan) -> Breakdown: one training step as a schedule of tasks.
+
+The step (DESIGN.md, "Schedule"), per device d, with collectives starting when every participant
+is ready (max over devices) and compute and communication on separate streams:
+
+  input_dist  (indices all-to-all; pipelined fraction p runs during the previous step)
+  bottom_fwd  (dense bottom stage, overlaps the input distribution)
+  emb_fwd     starts at max(bottom_fwd end, input_dist end)
+  output_dist (pooled all-to-all + row-wise reduce-scatter) at max_d emb_fwd end;
+  top_fwd     chunked into c pieces: span max(comm + comp / c, comm / c + comp)
+  top_bwd     then grad_dist (reverse of output_dist), chunk-pipelined the same way
+  bottom_bwd  overlaps grad_dist;  emb_bwd at max(bottom_bwd end, grad_dist end)
+  dense_sync  gradient buckets (n of them) ready along the backward pass:
+              end = max(s + T_bwd / n + A + G, e + A / n, grad_dist end + A / n)
+  optimizer   after emb_bwd and dense_sync
+  step        = max(critical path, total communication busy, total compute busy)
+
+Interference: while a collective overlaps compute for time o, the compute loses the compute units
+a core-driven collective takes (o f / (1 - f)) and the HBM bandwidth the collective's bytes use
+(mult x bytes overlapped / B_hbm); engines take no compute units and read each byte once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from .cost import collectives as coll
+from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
+from .cost.embedding import embedding_costs
+from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
+from .cost.smooth import reduce_max, smax, smin
+from .hardware import System, _pytree, static
+from .plan import COLLECTIVES, PRECISION_BYTES, Plan, PlanArrays, to_arrays, validate_plan
+from .workload import RankingModel
+
+PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
+          "bottom_bwd", "emb_bwd", "dense_sync", "optimizer")
+COMM_PHASES = ("input_dist", "output_dist", "grad_dist", "dense_sync")
+A2A, AR, RS, AG = (COLLECTIVES.index(k) for k in ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"))
+
+
+@_pytree
+@dataclass(frozen=True)
+class Breakdown:
+    """Everything one evaluation says about a step. Arrays of shape [D] are per device."""
+
+    step_s: jax.Array
+    samples_per_s: jax.Array
+    phase_s: dict                 # phase -> [D] busy time of that phase (no interference)
+    start_s: dict                 # phase -> [D] start time in the step's timeline
+    end_s: dict                   # phase -> [D] end time
+    compute_s: jax.Array          # [D] compute busy time, interference included
+    comm_s: jax.Array             # communication stream busy time
+    exposed_comm_s: jax.Array     # step time not covered by the slowest device's compute
+    interference_s: jax.Array     # [D] compute time added by overlapping collectives
+    slowdown: jax.Array           # [D] compute busy with / without interference
+    mfu: jax.Array                # dense model FLOPs / (step x chips x peak)
+    memory_bytes: jax.Array       # [D] HBM used
+    memory_parts: dict            # part -> [D] bytes
+    capacity_bytes: jax.Array
+    host_memory_bytes: jax.Array  # [D] host DRAM used by offloaded tables
+    feasible: jax.Array           # bool: fits HBM and host DRAM on every device
+    usd_per_million_samples: jax.Array
+    joules_per_sample: jax.Array
+    comm_bytes: dict              # collective -> bytes per device (max over devices)
+    num_chips: int = static(default=1)
+
+
+def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, temperature: float = 0.0) -> Breakdown:
+    """Step time, breakdown, memory and cost of `plan` on `system` for `model`.
+
+    `plan` may be a discrete Plan (checked, then turned one-hot) or PlanArrays (one-hot or relaxed).
+    temperature = 0 uses exact max/min; > 0 smooth ones (for gradient search over relaxed plans).
+    Pure jnp: jit, vmap and grad go through it (with PlanArrays).
+    """
+    if isinstance(plan, Plan):
+        validate_plan(plan, system, model)
+        plan = to_arrays(plan, system, model)
+    return _evaluate(system, model, plan, temperature)
+
+
+def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+    chip = system.chip
+    D, L = system.num_chips, system.domain_size
+    K = len(system.levels)
+    B = model.global_batch
+    b = B / D
+    mx = lambda a, c: smax(a, c, tau)
+    mn = lambda a, c: smin(a, c, tau)
+    dmax = lambda x: reduce_max(x, -1, tau)
+
+    prec = jnp.asarray(PRECISION_BYTES)
+    a2a_b = pa.a2a_precision @ prec
+    grad_b = pa.grad_precision @ prec
+    net = coll.make_net(system, pa.offload)
+    algo = pa.algorithm
+
+    # ---------------------------------------------------------------- compute
+    fwd, bwd = gemm_times(chip, model, b)
+    bottom = jnp.asarray(model.dense.bottom, jnp.float32) if model.dense.bottom else jnp.zeros_like(fwd)
+    t_bf, t_bb = jnp.sum(fwd * bottom), jnp.sum(bwd * bottom)
+    t_tf, t_tb = jnp.sum(fwd * (1 - bottom)), jnp.sum(bwd * (1 - bottom))
+    emb = embedding_costs(system, model, pa, a2a_b, grad_b)
+    e_f, e_b = emb.fwd_s, emb.bwd_s
+
+    # ---------------------------------------------------------------- communication
+    c_in = coll.all_to_all(net, emb.in_send, emb.in_recv, algo[A2A], dmax)
+    top = K - 1
+    c_rw = coll.reduce_scatter(net, emb.rw_bytes, 0, top, algo[RS]) * (emb.rw_bytes > 0)
+    c_rw_b = coll.all_gather(net, emb.rw_bytes, 0, top, algo[AG]) * (emb.rw_bytes > 0)
+    a2a_out = coll.all_to_all(net, emb.out_send, emb.out_recv, algo[A2A], dmax)
+    has_a2a = jnp.sum(emb.out_send) > 0
+    c_out = a2a_out * has_a2a + c_rw
+    c_gout = a2a_out * has_a2a + c_rw_b
+
+    P_dense = model.dense.params()
+    g_bytes = P_dense * grad_b
+    p_bytes = P_dense * model.param_bytes
+    m_rep, m_fsdp, m_hyb = pa.dense_mode[0], pa.dense_mode[1], pa.dense_mode[2]
+    ddp = coll.all_reduce(net, g_bytes, 0, top, algo[AR])
+    fsdp_rs = coll.reduce_scatter(net, g_bytes, 0, top, algo[RS])
+    fsdp_ag = coll.all_gather(net, p_bytes, 0, top, algo[AG])
+    hyb_rs = coll.reduce_scatter(net, g_bytes, 0, 0, algo[RS])
+    hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, algo[AR]) if K > 1 else 0.0
+    hyb_ag = coll.all_gather(net, p_bytes, 0, 0, algo[AG])
+    c_sync_dense = m_rep * ddp + m_fsdp * fsdp_rs + m_hyb * (hyb_rs + hyb_ar)
+    c_ag = m_fsdp * fsdp_ag + m_hyb * hyb_ag                 # parameter all-gather, forward and backward
+    c_dp = coll.all_reduce(net, emb.dp_grad_bytes, 0, top, algo[AR]) * (emb.dp_grad_bytes > 0)
+    buckets, chunks, p = pa.grad_buckets, pa.overlap_chunks, pa.pipeline
+    alpha_max = net.alpha[0]
+    for a in net.alpha[1:]:
+        alpha_max = jnp.maximum(alpha_max, a)
+    chunk_comm = (chunks - 1.0) * (net.setup_s + alpha_max) * (D > 1)
+    c_sync = c_sync_dense + c_dp + (buckets - 1.0) * (net.setup_s + alpha_max) * (D > 1) + c_ag
+
+    shard = m_rep * 1.0 + m_fsdp * D + m_hyb * L
+    t_opt = hbm_time(chip, P_dense * (2.0 * model.param_bytes + model.param_bytes
+                                      + 2.0 * 4.0 * model.dense_opt_values) / shard) + chip.launch_s
+
+    # ---------------------------------------------------------------- interference
+    fc = (1.0 - net.offload) * chip.core_compute_fraction
+    mult = net.offload * chip.dma_hbm_mult + (1.0 - net.offload) * chip.core_hbm_mult
+    hbm_bw = chip.hbm_Bps * chip.hbm_eff
+
+    def interfere(comp, comm, nbytes):
+        o = mn(comp, comm)
+        return o * fc / (1.0 - fc) + o / (comm + 1e-12) * nbytes * mult / hbm_bw
+
+    out_bytes = jnp.max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1)) + emb.rw_bytes * (D - 1) / D
+    in_bytes = jnp.max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1))
+    sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
+    frac_c = 1.0 - 1.0 / chunks
+    x_bf = interfere(t_bf, (1.0 - p) * c_in, (1.0 - p) * in_bytes)
+    x_prev = interfere(t_tb + t_bb, p * c_in, p * in_bytes)          # pipelined input dist of the next batch
+    x_tf = interfere(t_tf * frac_c, c_out * frac_c, out_bytes * frac_c)
+    x_tb = interfere(t_tb * frac_c, c_gout * frac_c, out_bytes * frac_c)
+    x_bb = interfere(t_bb, c_gout + c_sync, out_bytes + sync_bytes)
+    x_ef = interfere(e_f, m_fsdp * c_ag / 2.0, 0.0)
+
+    # ---------------------------------------------------------------- schedule
+    zero = jnp.zeros((D,))
+    in_end = (1.0 - p) * c_in
+    bf_end = zero + t_bf + x_bf
+    ag_end = in_end + c_ag / 2.0
+    ef_start = mx(bf_end, in_end)
+    ef_end = ef_start + e_f + x_ef
+    out_start = dmax(ef_end)
+    c_out_eff = c_out + chunk_comm
+    tf_span = mx(c_out_eff + (t_tf + x_tf) / chunks, c_out_eff / chunks + t_tf + x_tf)
+    tf_end = mx(out_start + tf_span, ag_end + t_tf + x_tf) + zero
+    tf_start = tf_end - t_tf - x_tf
+    tb_end = tf_end + t_tb + x_tb + x_prev
+    g_start = dmax(tf_end)
+    c_gout_eff = c_gout + chunk_comm
+    g_end = g_start + mx((t_tb + x_tb) + c_gout_eff / chunks, (t_tb + x_tb) / chunks + c_gout_eff)
+    bb_end = tb_end + t_bb + x_bb
+    eb_start = mx(bb_end, g_end)
+    eb_end = eb_start + e_b
+    T_bwd = t_tb + t_bb
+    sync_end = dmax(mx(mx(tf_end + T_bwd / buckets + c_sync + c_gout_eff, bb_end + c_sync / buckets),
+                       g_end + c_sync / buckets))
+    opt_start = mx(eb_end, sync_end)
+    opt_end = opt_start + t_opt
+
+    extra = x_bf + x_prev + x_tf + x_tb + x_bb + x_ef
+    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + t_opt
+    compute = compute_plain + extra
+    comm_busy = c_in + c_ag + c_out_eff + c_gout_eff + c_sync
+    step = mx(mx(dmax(opt_end), comm_busy), dmax(compute))
+
+    # ---------------------------------------------------------------- memory
+    dense_mem = dense_state_bytes(model, shard) + zero
+    act = activation_bytes(model, b, emb.pooled_bytes) + zero
+    buffers = (jnp.sum(emb.out_send + emb.out_recv, axis=1) + jnp.sum(emb.in_send + emb.in_recv, axis=1)
+               + (B * emb.rw_bytes / B) * 2.0 + g_bytes / buckets)
+    parts = {"embeddings": emb.hbm_bytes, "dense": dense_mem, "activations": act, "buffers": buffers}
+    mem = emb.hbm_bytes + dense_mem + act + buffers
+    cap = capacity_bytes(system)
+    feasible = jnp.all(mem <= cap) & jnp.all(emb.host_bytes <= chip.host_dram_bytes)
+
+    # ---------------------------------------------------------------- figures
+    peak = peak_flops(chip, model.dense_dtype)
+    mfu = dense_flops(model) * B / (step * D * peak)
+    hosts = D / system.chips_per_host
+    usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
+    joules = (D * chip.tdp_W + hosts * system.host_power_W) * step / B
+
+    phase = {"input_dist": zero + c_in, "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + c_out,
+             "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + c_gout,
+             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + c_sync, "optimizer": zero + t_opt}
+    start = {"input_dist": zero, "bottom_fwd": zero, "emb_fwd": ef_start, "output_dist": zero + out_start,
+             "top_fwd": tf_start, "top_bwd": tf_end, "grad_dist": zero + g_start, "bottom_bwd": tb_end,
+             "emb_bwd": eb_start, "dense_sync": tf_end, "optimizer": opt_start}
+    end = {"input_dist": zero + in_end, "bottom_fwd": bf_end, "emb_fwd": ef_end,
+           "output_dist": zero + out_start + c_out_eff, "top_fwd": tf_end, "top_bwd": tb_end,
+           "grad_dist": zero + g_end, "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + sync_end,
+           "optimizer": opt_end}
+    comm_bytes = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
+    return Breakdown(
+        step_s=step, samples_per_s=B / step, phase_s=phase, start_s=start, end_s=end, compute_s=compute,
+        comm_s=comm_busy, exposed_comm_s=jnp.maximum(step - dmax(compute), 0.0), interference_s=extra,
+        slowdown=compute / compute_plain, mfu=mfu, memory_bytes=mem, memory_parts=parts, capacity_bytes=cap,
+        host_memory_bytes=emb.host_bytes, feasible=feasible, usd_per_million_samples=usd,
+        joules_per_sample=joules, comm_bytes=comm_bytes, num_chips=D,
+    )

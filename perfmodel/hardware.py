@@ -1,0 +1,373 @@
+"""Hardware: Chip, Nic, Offload engines, network levels and the System, as pytrees of floats.
+
+Every number is an SI array leaf (FLOP/s, bytes, bytes/s, seconds, watts), so `jax.grad` of a step
+time with respect to a System gives d step / d every hardware parameter. Structure (how many chips,
+which network levels exist, whether the NIC also carries scale-up traffic) is static.
+
+Loaded from `data/chips/<chip>.toml` and `data/systems/<family>.toml`; a system named
+`<family>-<N>` is family `<family>` with N chips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from .config import ConfigError, Num, Section, preset_names, preset_path, read_file
+
+US, GB, GBPS, TF, GBIT = 1e-6, 1e9, 1e9, 1e12, 1e9 / 8
+
+
+def _pytree(cls):
+    """Register a dataclass as a pytree: fields marked static=True are structure, the rest leaves."""
+    meta = [f.name for f in dataclasses.fields(cls) if f.metadata.get("static")]
+    data = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("static")]
+    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+
+
+def static(**kw):
+    return field(metadata={"static": True}, **kw)
+
+
+@_pytree
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator: compute, memory, efficiency curves, and how core-driven collectives behave."""
+
+    peak_bf16_flops: jax.Array
+    peak_fp8_flops: jax.Array
+    peak_fp32_flops: jax.Array
+    compute_units: jax.Array
+    launch_s: jax.Array
+    matmul_eff_max: jax.Array
+    matmul_half_flop: jax.Array          # GEMM size (FLOP) at which efficiency is half the max
+    hbm_bytes: jax.Array
+    hbm_Bps: jax.Array
+    hbm_eff: jax.Array
+    hbm_usable: jax.Array                 # fraction of HBM a plan may use
+    llc_bytes: jax.Array
+    llc_Bps: jax.Array
+    gather_eff_max: jax.Array
+    gather_half_row_bytes: jax.Array      # row size (bytes) at which gather efficiency is half the max
+    scale_up_Bps: jax.Array               # dedicated scale-up link (NVLink); 0 where the NIC carries it
+    scale_up_latency_s: jax.Array
+    core_compute_fraction: jax.Array      # compute units a core-driven collective occupies
+    core_hbm_mult: jax.Array              # HBM bytes per network byte, core-driven
+    core_msgs_in_flight: jax.Array
+    dma_hbm_mult: jax.Array               # HBM bytes per network byte, engine-driven
+    host_link_Bps: jax.Array
+    host_dram_bytes: jax.Array
+    tdp_W: jax.Array
+    usd_per_hour: jax.Array
+    name: str = static(default="chip")
+
+
+@_pytree
+@dataclass(frozen=True)
+class Nic:
+    """The chip's NICs: bandwidth, how they attach (integrated in the package, or behind PCIe)."""
+
+    pcie: jax.Array                       # 1.0: NIC behind PCIe; 0.0: integrated (blends in between)
+    active_ports: jax.Array
+    port_Bps: jax.Array
+    scale_up_fraction: jax.Array          # share of NIC bandwidth on scale-up (when it serves scale-up)
+    latency_s: jax.Array                  # NIC processing per message
+    per_message_s: jax.Array              # host / proxy cost per network message
+    pcie_Bps: jax.Array
+    pcie_latency_s: jax.Array
+    serves_scale_up: bool = static(default=False)
+
+
+@_pytree
+@dataclass(frozen=True)
+class Offload:
+    """Collective-offload (message) engines. engines = 0: collectives run on the compute cores."""
+
+    engines: jax.Array
+    clock_Hz: jax.Array
+    reduce_bytes_per_cycle: jax.Array
+    reduce_bytes_per_cycle_all_busy: jax.Array
+    setup_s: jax.Array
+    msgs_per_engine: jax.Array
+
+
+@_pytree
+@dataclass(frozen=True)
+class Level:
+    """One network level: a domain of `size` chips joined by the `link` ("scale_up" | "scale_out")."""
+
+    latency_s: jax.Array
+    oversubscription: jax.Array
+    size: int = static(default=1)
+    link: str = static(default="scale_out")
+    name: str = static(default="level")
+
+
+@_pytree
+@dataclass(frozen=True)
+class System:
+    """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out."""
+
+    chip: Chip
+    nic: Nic
+    offload: Offload
+    levels: tuple[Level, ...]
+    host_power_W: jax.Array
+    host_usd_per_hour: jax.Array
+    num_chips: int = static(default=1)
+    chips_per_host: int = static(default=1)
+    name: str = static(default="system")
+
+    @property
+    def domain_size(self) -> int:
+        """Chips in the innermost (scale-up) domain."""
+        return self.levels[0].size if self.levels else 1
+
+    def replace(self, **changes) -> "System":
+        return dataclasses.replace(self, **changes)
+
+
+def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
+    """Per-chip, per-direction bandwidth (bytes/s) of the scale-up and scale-out links.
+
+    A NIC that serves scale-up splits its active bandwidth: up = f * B_nic, out = (1 - f) * B_nic.
+    Otherwise scale-up is the dedicated link and scale-out the NIC. Behind PCIe (pcie = 1) the NIC
+    bandwidth is capped by the PCIe link: B_eff = B_nic * min(1, B_pcie / B_nic).
+    """
+    nic, chip = system.nic, system.chip
+    total = nic.active_ports * nic.port_Bps
+    cap = 1.0 + nic.pcie * (jnp.minimum(1.0, nic.pcie_Bps / total) - 1.0)
+    if nic.serves_scale_up:
+        return nic.scale_up_fraction * total * cap, (1.0 - nic.scale_up_fraction) * total * cap
+    return chip.scale_up_Bps, total * cap
+
+
+def level_latency_s(system: System, level: Level) -> jax.Array:
+    """Latency of one message (one algorithm step) at a level.
+
+    Wire + switch latency of the level, plus, where a NIC carries it, the NIC's per-message
+    processing, the host/proxy overhead, and the PCIe crossing when the NIC sits behind PCIe.
+    """
+    nic = system.nic
+    through_nic = level.link == "scale_out" or nic.serves_scale_up
+    if not through_nic:
+        return level.latency_s + system.chip.scale_up_latency_s
+    return level.latency_s + nic.latency_s + nic.per_message_s + nic.pcie * nic.pcie_latency_s
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+_POS = dict(lo=0.0, lo_open=True)
+_FRAC = dict(lo=0.0, hi=1.0, lo_open=True)
+
+
+def load_chip(name_or_path: str | Path) -> Chip:
+    """Load a chip preset by name (`mtia300`) or from a TOML file path."""
+    path = _resolve("chips", name_or_path)
+    chip, _, _ = _parse_chip(read_file(path), str(path))
+    return chip
+
+
+def _resolve(kind: str, name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".toml", ".json") or p.exists():
+        if not p.is_file():
+            raise ConfigError(str(p), "", "no such file")
+        return p
+    return preset_path(kind, str(name_or_path))
+
+
+def _f(x: float) -> jax.Array:
+    return jnp.asarray(x, dtype=jnp.float32)
+
+
+def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
+    top = Section(data, src)
+    name = top.text("name")
+    top.text("description", default="")
+
+    c = top.sub("compute")
+    bf16 = c.num(Num("peak_bf16_TFLOPs", TF, **_POS))
+    fp8 = c.num(Num("peak_fp8_TFLOPs", TF, **_POS))
+    fp32 = c.num(Num("peak_fp32_TFLOPs", TF, **_POS))
+    units = c.num(Num("compute_units", 1.0, lo=1.0, integer=True))
+    launch = c.num(Num("launch_overhead_us", US))
+    mm_max = c.num(Num("matmul_efficiency_max", 1.0, **_FRAC))
+    mm_half = c.num(Num("matmul_half_efficiency_GFLOP", 1e9, **_POS))
+    c.finish()
+
+    m = top.sub("memory")
+    hbm = m.num(Num("hbm_capacity_GB", GB, **_POS))
+    hbm_bw = m.num(Num("hbm_bandwidth_GBps", GBPS, **_POS))
+    hbm_eff = m.num(Num("hbm_efficiency", 1.0, **_FRAC))
+    hbm_use = m.num(Num("hbm_usable_fraction", 1.0, **_FRAC))
+    llc = m.num(Num("llc_capacity_MB", 1e6))
+    llc_bw = m.num(Num("llc_bandwidth_GBps", GBPS))
+    g_max = m.num(Num("gather_efficiency_max", 1.0, **_FRAC))
+    g_half = m.num(Num("gather_half_efficiency_row_bytes", 1.0, **_POS))
+    m.finish()
+
+    n = top.sub("nic")
+    attach = n.text("attach", ("integrated", "pcie"))
+    ports = n.num(Num("ports", 1.0, lo=1.0, integer=True))
+    port_bw = n.num(Num("port_bandwidth_Gbps", GBIT, **_POS))
+    active = n.num(Num("active_ports", 1.0, lo=1.0, hi=ports, integer=True))
+    shared = n.flag("serves_scale_up")
+    frac = n.num(Num("scale_up_fraction", 1.0, lo=0.0, hi=1.0, lo_open=True, required=shared,
+                     default=None if shared else 0.0))
+    if frac is not None and frac >= 1.0 and shared:
+        raise n.error("scale_up_fraction", "must be < 1 (some NIC bandwidth must stay on scale-out)")
+    nic_lat = n.num(Num("latency_us", US))
+    per_msg = n.num(Num("per_message_overhead_us", US))
+    pcie = attach == "pcie"
+    # An integrated NIC moved behind PCIe (a what-if) defaults to the chip's host PCIe link.
+    pcie_bw = n.num(Num("pcie_bandwidth_GBps", GBPS, **_POS, required=pcie, default=None if pcie else 0.0))
+    pcie_lat = n.num(Num("pcie_latency_us", US, required=pcie, default=None if pcie else 1.0))
+    n.finish()
+
+    su = top.sub("scale_up", required=not shared)
+    su_bw = su.num(Num("bandwidth_GBps", GBPS, **_POS, required=not shared, default=None if not shared else 0.0))
+    su_lat = su.num(Num("latency_us", US, required=not shared, default=None if not shared else 0.0))
+    su.finish()
+    if shared and su_bw:
+        raise su.error("bandwidth_GBps", "must be absent when nic.serves_scale_up = true (the NIC carries scale-up)")
+
+    o = top.sub("offload")
+    engines = o.num(Num("engines", 1.0, integer=True))
+    need = engines > 0
+    opt = dict(required=need)
+    clock = o.num(Num("clock_GHz", 1e9, **_POS, **opt, default=None if need else 1.0))
+    bpc = o.num(Num("reduce_bytes_per_cycle", 1.0, **_POS, **opt, default=None if need else 1.0))
+    bpc_busy = o.num(Num("reduce_bytes_per_cycle_all_busy", 1.0, **_POS, **opt, default=None if need else 1.0))
+    setup = o.num(Num("setup_us", US, **opt, default=None if need else 0.0))
+    mpe = o.num(Num("messages_in_flight_per_engine", 1.0, lo=1.0, **opt, default=None if need else 1.0))
+    o.finish()
+
+    cc = top.sub("core_collectives")
+    cfrac = cc.num(Num("compute_fraction", 1.0, lo=0.0, hi=0.9))
+    cmult = cc.num(Num("hbm_traffic_multiplier", 1.0, lo=0.0))
+    cmsgs = cc.num(Num("messages_in_flight", 1.0, lo=1.0))
+    dmult = cc.num(Num("dma_hbm_traffic_multiplier", 1.0, lo=0.0))
+    cc.finish()
+
+    h = top.sub("host")
+    host_bw = h.num(Num("link_bandwidth_GBps", GBPS, **_POS))
+    dram = h.num(Num("dram_GB", GB))
+    h.finish()
+    pw = top.sub("power")
+    tdp = pw.num(Num("tdp_W", 1.0, **_POS))
+    pw.finish()
+    pr = top.sub("price")
+    usd = pr.num(Num("usd_per_hour", 1.0))
+    pr.finish()
+    top.finish()
+
+    chip = Chip(
+        peak_bf16_flops=_f(bf16), peak_fp8_flops=_f(fp8), peak_fp32_flops=_f(fp32),
+        compute_units=_f(units), launch_s=_f(launch), matmul_eff_max=_f(mm_max),
+        matmul_half_flop=_f(mm_half), hbm_bytes=_f(hbm), hbm_Bps=_f(hbm_bw), hbm_eff=_f(hbm_eff),
+        hbm_usable=_f(hbm_use), llc_bytes=_f(llc), llc_Bps=_f(llc_bw), gather_eff_max=_f(g_max),
+        gather_half_row_bytes=_f(g_half), scale_up_Bps=_f(su_bw), scale_up_latency_s=_f(su_lat),
+        core_compute_fraction=_f(cfrac), core_hbm_mult=_f(cmult), core_msgs_in_flight=_f(cmsgs),
+        dma_hbm_mult=_f(dmult), host_link_Bps=_f(host_bw), host_dram_bytes=_f(dram),
+        tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name,
+    )
+    nic = Nic(
+        pcie=_f(1.0 if pcie else 0.0), active_ports=_f(active), port_Bps=_f(port_bw),
+        scale_up_fraction=_f(frac), latency_s=_f(nic_lat), per_message_s=_f(per_msg),
+        pcie_Bps=_f(pcie_bw if pcie else host_bw), pcie_latency_s=_f(pcie_lat), serves_scale_up=shared,
+    )
+    off = Offload(
+        engines=_f(engines), clock_Hz=_f(clock), reduce_bytes_per_cycle=_f(bpc),
+        reduce_bytes_per_cycle_all_busy=_f(bpc_busy), setup_s=_f(setup), msgs_per_engine=_f(mpe),
+    )
+    return chip, nic, off
+
+
+_SYSTEM_NAME = re.compile(r"^(?P<family>.+)-(?P<n>\d+)$")
+
+
+def load_system(name_or_path: str | Path, *, chips: int | None = None,
+                chip: str | Path | None = None) -> System:
+    """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`) or a TOML path.
+
+    `chips` overrides the chip count; `chip` replaces the chip (a preset name or a chip TOML, e.g.
+    one written by calibration).
+    """
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix in (".toml", ".json"):
+        path, count = _resolve("systems", p), chips
+    else:
+        match = _SYSTEM_NAME.match(text)
+        families = preset_names("systems")
+        if not match or match["family"] not in families:
+            known = ", ".join(f"{f}-<N>" for f in families)
+            raise ConfigError("", "system", f"unknown system {text!r}; known: {known} (see `perfmodel list`)")
+        path, count = preset_path("systems", match["family"]), chips or int(match["n"])
+    return _parse_system(read_file(path), str(path), count, chip)
+
+
+def _parse_system(data: dict, src: str, count: int | None, chip_override) -> System:
+    top = Section(data, src)
+    family = top.text("name")
+    top.text("description", default="")
+    chip_name = top.text("chip")
+    sizes = top.nums(Num("sizes", 1.0, lo=1.0, integer=True))
+    per_host = int(top.num(Num("chips_per_host", 1.0, lo=1.0, integer=True)))
+    host_W = top.num(Num("host_power_W", 1.0))
+    host_usd = top.num(Num("host_usd_per_hour", 1.0))
+    net = top.sub("network")
+    raw_levels = net.raw("levels")
+    net.finish()
+    if not isinstance(raw_levels, list) or not raw_levels:
+        raise ConfigError(src, "network.levels", "must be a non-empty list of [[network.levels]] tables")
+    n = int(count if count is not None else sizes[0])
+    levels = []
+    prev = 1
+    for i, raw in enumerate(raw_levels):
+        s = Section(raw, src, f"network.levels[{i}].")
+        lname = s.text("name")
+        link = s.text("link", ("scale_up", "scale_out"))
+        size = int(s.num(Num("domain_chips", 1.0, lo=1.0, integer=True)))
+        lat = s.num(Num("latency_us", US))
+        over = s.num(Num("oversubscription", 1.0, lo=1.0))
+        s.finish()
+        if size <= prev and i > 0:
+            raise s.error("domain_chips", f"must grow from level to level (previous level has {prev})")
+        levels.append((min(size, n), link, lname, lat, over))
+        if size >= n:
+            break
+        prev = size
+    top.finish()
+    if n < 1:
+        raise ConfigError(src, "chips", "must be >= 1")
+    if levels[-1][0] < n:
+        raise ConfigError(src, "network.levels", f"the outermost level holds {levels[-1][0]} chips; the system has {n}")
+    for size, *_ in levels:
+        if n % size:
+            raise ConfigError(src, "chips", f"{n} chips do not fill whole domains of {size}; use a multiple of {size}")
+    if n % per_host and n > per_host:
+        raise ConfigError(src, "chips", f"{n} chips do not fill whole hosts of {per_host}")
+
+    chip_path = _resolve("chips", chip_override if chip_override is not None else chip_name)
+    chip, nic, off = _parse_chip(read_file(chip_path), str(chip_path))
+    lv = tuple(Level(latency_s=_f(lat), oversubscription=_f(over), size=size, link=link, name=lname)
+               for size, link, lname, lat, over in levels)
+    return System(chip=chip, nic=nic, offload=off, levels=lv, host_power_W=_f(host_W),
+                  host_usd_per_hour=_f(host_usd), num_chips=n, chips_per_host=min(per_host, n),
+                  name=f"{family}-{n}")
+
+
+def system_families() -> list[tuple[str, list[int], str]]:
+    """(family, named sizes, description) for each bundled system family."""
+    out = []
+    for fam in preset_names("systems"):
+        data = read_file(preset_path("systems", fam))
+        out.append((fam, [int(s) for s in data.get("sizes", [])], data.get("description", "")))
+    return out

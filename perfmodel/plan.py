@@ -1,0 +1,245 @@
+"""Plans: the discrete Plan a user reads and writes, and PlanArrays, its (relaxable) array form.
+
+A Plan says, per embedding table, its sharding type (TorchRec's names), the ranks holding it and
+where it lives (HBM, or host DRAM with an HBM cache ratio); the dense parallelism; the algorithm
+and precision of each collective; and the overlap settings. `to_arrays` turns it into one-hot
+PlanArrays; the cost model only ever sees PlanArrays, so a relaxed plan (softmax probabilities,
+fractional placements) runs through the very same code, and at one-hot values equals the hard
+result by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .config import ConfigError, read_file
+from .hardware import System, _pytree
+from .workload import RankingModel
+
+SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
+DP, TW, CW, RW, TWRW = range(5)
+DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
+ALGORITHMS = ("ring", "direct", "tree", "hierarchical")
+COLLECTIVES = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather")
+ALLOWED_ALGORITHMS = {
+    "all_to_all": ("direct", "hierarchical"),
+    "all_reduce": ("ring", "direct", "tree", "hierarchical"),
+    "reduce_scatter": ("ring", "direct", "hierarchical"),
+    "all_gather": ("ring", "direct", "hierarchical"),
+}
+PRECISIONS = ("fp32", "bf16", "fp8")
+PRECISION_BYTES = (4.0, 2.0, 1.0)
+
+
+@_pytree
+@dataclass(frozen=True)
+class PlanArrays:
+    """A plan as arrays (T tables, D devices, H = D / scale-up-domain domains).
+
+    Discrete plans are one-hot; relaxed plans hold probabilities and fractions.
+      shard_type [T, 5]   probabilities over SHARDING_TYPES
+      placement  [T, D]   share of the table on each device under table_wise / column_wise (rows sum to 1)
+      domain_placement [T, H]  share on each scale-up domain under table_row_wise (rows sum to 1)
+      cw_shards  [T]      column-wise shard count k (the shard's row is dim / k wide)
+      cache_ratio [T]     fraction of the table's shard kept in HBM; the rest lives in host DRAM
+      dense_mode [3]      probabilities over DENSE_MODES
+      algorithm  [4, 4]   per collective kind (COLLECTIVES), probabilities over ALGORITHMS
+      a2a_precision, grad_precision [3]  probabilities over PRECISIONS
+      offload, pipeline   in [0, 1]: collectives on the offload engines; sparse-dist pipelining
+      grad_buckets, overlap_chunks  >= 1
+    """
+
+    shard_type: jax.Array
+    placement: jax.Array
+    domain_placement: jax.Array
+    cw_shards: jax.Array
+    cache_ratio: jax.Array
+    dense_mode: jax.Array
+    algorithm: jax.Array
+    a2a_precision: jax.Array
+    grad_precision: jax.Array
+    offload: jax.Array
+    pipeline: jax.Array
+    grad_buckets: jax.Array
+    overlap_chunks: jax.Array
+
+
+@dataclass
+class TablePlan:
+    sharding_type: str
+    ranks: list[int]
+    cache_ratio: float = 1.0          # 1.0: all in HBM; < 1: host DRAM with this HBM cache ratio
+
+
+@dataclass
+class Plan:
+    """A discrete plan. `tables` maps each table name (in model order) to its TablePlan."""
+
+    tables: dict[str, TablePlan]
+    dense: str = "replicated"
+    algorithms: dict[str, str] = field(default_factory=lambda: {
+        "all_to_all": "direct", "all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring"})
+    a2a_precision: str = "fp32"
+    grad_precision: str = "fp32"
+    offload: bool = True
+    pipeline: bool = True
+    grad_buckets: int = 4
+    overlap_chunks: int = 1
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tables"] = {k: asdict(v) for k, v in self.tables.items()}
+        return d
+
+    def save(self, path: str | Path) -> None:
+        """Write the plan as JSON. Refuses to overwrite an existing file (nothing a user wrote is lost)."""
+        path = Path(path)
+        if path.exists():
+            raise ConfigError(str(path), "", "exists already; choose another name or remove it first")
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def torchrec(self) -> dict[str, dict]:
+        """Per-table {sharding_type, ranks, compute_kernel} as TorchRec's ParameterSharding wants."""
+        return {name: {"sharding_type": t.sharding_type, "ranks": list(t.ranks),
+                       "compute_kernel": "fused" if t.cache_ratio >= 1.0 else "fused_uvm_caching"}
+                for name, t in self.tables.items()}
+
+
+def load_plan(path: str | Path, system: System, model: RankingModel) -> Plan:
+    """Read a plan JSON and check it against the system and model."""
+    data = read_file(path)
+    return plan_from_dict(data, system, model, str(path))
+
+
+def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "plan") -> Plan:
+    known = {"tables", "dense", "algorithms", "a2a_precision", "grad_precision", "offload", "pipeline",
+             "grad_buckets", "overlap_chunks"}
+    for k in data:
+        if k not in known:
+            raise ConfigError(src, k, f"is not a plan field (known: {', '.join(sorted(known))})")
+    if "tables" not in data or not isinstance(data["tables"], dict):
+        raise ConfigError(src, "tables", "is missing or not an object of table name -> sharding")
+    tables = {}
+    for name, t in data["tables"].items():
+        if not isinstance(t, dict):
+            raise ConfigError(src, f"tables.{name}", "must be an object with sharding_type and ranks")
+        extra = set(t) - {"sharding_type", "ranks", "cache_ratio"}
+        if extra:
+            raise ConfigError(src, f"tables.{name}.{sorted(extra)[0]}", "is not a table-plan field "
+                              "(known: sharding_type, ranks, cache_ratio)")
+        tables[name] = TablePlan(t.get("sharding_type"), t.get("ranks"), t.get("cache_ratio", 1.0))
+    plan = Plan(tables=tables, **{k: v for k, v in data.items() if k != "tables"})
+    validate_plan(plan, system, model, src)
+    return plan
+
+
+def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan") -> None:
+    """Raise ConfigError naming the field if the plan does not fit this system and model."""
+    names = model.tables.names
+    D, L = system.num_chips, system.domain_size
+    missing = [n for n in names if n not in plan.tables]
+    if missing:
+        raise ConfigError(src, f"tables.{missing[0]}", f"is missing: the plan must place all {len(names)} tables")
+    unknown = [n for n in plan.tables if n not in names]
+    if unknown:
+        raise ConfigError(src, f"tables.{unknown[0]}", f"is not a table of model {model.name!r}")
+    dims = np.asarray(model.tables.dim)
+    for i, name in enumerate(names):
+        t, f = plan.tables[name], f"tables.{name}"
+        if t.sharding_type not in SHARDING_TYPES:
+            raise ConfigError(src, f + ".sharding_type", f"is {t.sharding_type!r}; allowed: {', '.join(SHARDING_TYPES)}")
+        if not isinstance(t.ranks, list) or not t.ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in t.ranks):
+            raise ConfigError(src, f + ".ranks", "must be a non-empty list of integer ranks")
+        bad = [r for r in t.ranks if not 0 <= r < D]
+        if bad:
+            raise ConfigError(src, f + ".ranks", f"rank {bad[0]} does not exist: system {system.name} has ranks 0..{D - 1}")
+        if len(set(t.ranks)) != len(t.ranks):
+            raise ConfigError(src, f + ".ranks", "lists a rank twice")
+        st, k = t.sharding_type, len(t.ranks)
+        if st == "table_wise" and k != 1:
+            raise ConfigError(src, f + ".ranks", f"table_wise takes exactly one rank, got {k}")
+        if st in ("data_parallel", "row_wise") and sorted(t.ranks) != list(range(D)):
+            raise ConfigError(src, f + ".ranks", f"{st} spans every rank: list 0..{D - 1}")
+        if st == "column_wise" and dims[i] % k:
+            raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])}")
+        if st == "table_row_wise":
+            dom = t.ranks[0] // L
+            if sorted(t.ranks) != list(range(dom * L, dom * L + L)):
+                raise ConfigError(src, f + ".ranks", f"table_row_wise spans one whole scale-up domain of {L} "
+                                  f"ranks, e.g. {dom * L}..{dom * L + L - 1}")
+        if isinstance(t.cache_ratio, bool) or not isinstance(t.cache_ratio, (int, float)) or not 0 < t.cache_ratio <= 1:
+            raise ConfigError(src, f + ".cache_ratio", f"must be a number in (0, 1], got {t.cache_ratio!r}")
+        if st == "data_parallel" and t.cache_ratio < 1:
+            raise ConfigError(src, f + ".cache_ratio", "data_parallel tables live in HBM (cache_ratio 1)")
+    _choice(src, "dense", plan.dense, DENSE_MODES)
+    _choice(src, "a2a_precision", plan.a2a_precision, PRECISIONS)
+    _choice(src, "grad_precision", plan.grad_precision, PRECISIONS)
+    if not isinstance(plan.algorithms, dict):
+        raise ConfigError(src, "algorithms", "must be an object of collective -> algorithm")
+    for kind, algo in plan.algorithms.items():
+        if kind not in ALLOWED_ALGORITHMS:
+            raise ConfigError(src, f"algorithms.{kind}", f"is not a collective; allowed: {', '.join(COLLECTIVES)}")
+        _choice(src, f"algorithms.{kind}", algo, ALLOWED_ALGORITHMS[kind])
+    for key in ("offload", "pipeline"):
+        if not isinstance(getattr(plan, key), bool):
+            raise ConfigError(src, key, f"must be true or false, got {getattr(plan, key)!r}")
+    for key in ("grad_buckets", "overlap_chunks"):
+        v = getattr(plan, key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1024:
+            raise ConfigError(src, key, f"must be an integer from 1 to 1024, got {v!r}")
+
+
+def _choice(src, key, value, allowed):
+    if value not in allowed:
+        raise ConfigError(src, key, f"is {value!r}; allowed: {', '.join(allowed)}")
+
+
+def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
+    """One-hot PlanArrays of a (validated) discrete plan."""
+    names = model.tables.names
+    T, D, L = len(names), system.num_chips, system.domain_size
+    H = D // L
+    st = np.zeros((T, 5), np.float32)
+    pl = np.zeros((T, D), np.float32)
+    dp = np.zeros((T, H), np.float32)
+    cw = np.ones(T, np.float32)
+    cache = np.ones(T, np.float32)
+    for i, name in enumerate(names):
+        t = plan.tables[name]
+        j = SHARDING_TYPES.index(t.sharding_type)
+        st[i, j] = 1.0
+        if j in (TW, CW):
+            pl[i, t.ranks] = 1.0 / len(t.ranks)
+            cw[i] = len(t.ranks) if j == CW else 1.0
+        else:
+            pl[i, :] = 1.0 / D     # unused by these types; kept a valid distribution
+        if j == TWRW:
+            dp[i, t.ranks[0] // L] = 1.0
+        else:
+            dp[i, :] = 1.0 / H
+        cache[i] = t.cache_ratio
+    algo = np.zeros((4, 4), np.float32)
+    defaults = Plan(tables={}).algorithms
+    for c, kind in enumerate(COLLECTIVES):
+        algo[c, ALGORITHMS.index(plan.algorithms.get(kind, defaults[kind]))] = 1.0
+    onehot = lambda v, opts: jnp.asarray(np.eye(len(opts), dtype=np.float32)[opts.index(v)])
+    f = lambda x: jnp.asarray(x, jnp.float32)
+    return PlanArrays(
+        shard_type=f(st), placement=f(pl), domain_placement=f(dp), cw_shards=f(cw), cache_ratio=f(cache),
+        dense_mode=onehot(plan.dense, DENSE_MODES), algorithm=f(algo),
+        a2a_precision=onehot(plan.a2a_precision, PRECISIONS), grad_precision=onehot(plan.grad_precision, PRECISIONS),
+        offload=f(1.0 if plan.offload else 0.0), pipeline=f(1.0 if plan.pipeline else 0.0),
+        grad_buckets=f(plan.grad_buckets), overlap_chunks=f(plan.overlap_chunks),
+    )
+
+
+def stack(plans: list[PlanArrays]) -> PlanArrays:
+    """Stack PlanArrays along a new leading axis, for jax.vmap."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *plans)

@@ -1,0 +1,237 @@
+"""Workload: embedding tables (a struct of arrays over T tables) and the dense part as GEMMs.
+
+The dense layers (MLP, dot interaction, DCNv2 low-rank cross, transformer, HSTU block) are
+lowered at load time to a static list of GEMMs per sample, each (rows m, n, k): forward FLOPs
+2·B·m·n·k, weights n·k where the GEMM has weights. Layer structure is static; every size is an
+array leaf, so costs are differentiable with respect to the workload as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .config import ConfigError, Num, Section, preset_names, preset_path, read_file
+from .hardware import _pytree, _resolve, static
+
+SHARD_DTYPES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}
+EMB_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
+DENSE_OPTIMIZERS = {"sgd": 0.0, "adagrad": 1.0, "adam": 2.0}   # state values per parameter
+LAYER_KINDS = ("mlp", "dot", "dcnv2", "transformer", "hstu")
+STAGES = ("bottom", "top")
+
+
+@_pytree
+@dataclass(frozen=True)
+class EmbeddingTables:
+    """T embedding tables as arrays of length T."""
+
+    rows: jax.Array
+    dim: jax.Array
+    pooling: jax.Array               # mean lookups per sample
+    access_skew: jax.Array           # cache hit rate = cache_ratio ** access_skew (1 = uniform)
+    sequence: jax.Array              # 1.0: unpooled (jagged) feature, output pooling x dim per sample
+    opt_bytes_per_row: jax.Array     # optimizer state per row, per shard (row-wise Adagrad: 4 B)
+    opt_bytes_per_element: jax.Array # optimizer state per element (Adam: 2 x fp32 = 8 B)
+    bytes_per_element: jax.Array
+    index_bytes: jax.Array
+    names: tuple[str, ...] = static(default=())
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def bytes_per_row(self) -> jax.Array:
+        """Weights plus optimizer state of one full row, in bytes."""
+        return self.dim * (self.bytes_per_element + self.opt_bytes_per_element) + self.opt_bytes_per_row
+
+    def output_per_sample(self) -> jax.Array:
+        """Embedding vectors each table returns per sample: 1 (pooled) or pooling (sequence)."""
+        return 1.0 + self.sequence * (self.pooling - 1.0)
+
+
+@_pytree
+@dataclass(frozen=True)
+class Dense:
+    """The dense network lowered to G GEMMs per sample, plus elementwise traffic per stage."""
+
+    m: jax.Array                     # rows per sample of each GEMM
+    n: jax.Array
+    k: jax.Array
+    weighted: jax.Array              # 1.0 where the GEMM multiplies a weight matrix (params n·k)
+    bias: jax.Array                  # bias parameters attached to the GEMM
+    elementwise: jax.Array           # elements read+written per sample after each GEMM (activations, adds)
+    bottom: tuple[bool, ...] = static(default=())     # GEMM belongs to the bottom stage
+    layer: tuple[str, ...] = static(default=())       # layer name of each GEMM
+
+    def params(self) -> jax.Array:
+        return jnp.sum(self.weighted * self.n * self.k + self.bias)
+
+    def flops_per_sample(self) -> jax.Array:
+        """Forward FLOPs per sample, per GEMM: 2 m n k."""
+        return 2.0 * self.m * self.n * self.k
+
+
+@_pytree
+@dataclass(frozen=True)
+class RankingModel:
+    tables: EmbeddingTables
+    dense: Dense
+    global_batch: jax.Array
+    param_bytes: jax.Array
+    activation_bytes: jax.Array
+    dense_opt_values: jax.Array      # optimizer state values per dense parameter
+    dense_dtype: str = static(default="bf16")
+    name: str = static(default="model")
+
+
+# ------------------------------------------------------------------------------ layer lowering
+
+def lower_layer(kind: str, p: dict) -> list[tuple[float, float, float, bool, float]]:
+    """GEMMs (m, n, k, weighted, bias) per sample of one layer; see the module docstring."""
+    if kind == "mlp":
+        w = [p["input"], *p["widths"]]
+        return [(1, b, a, True, b) for a, b in zip(w[:-1], w[1:])]
+    if kind == "dot":
+        f, d = p["features"], p["dim"]
+        return [(f, f, d, False, 0)]                  # pairwise dots: X X^T per sample
+    if kind == "dcnv2":
+        w, r = p["width"], p["low_rank"]
+        return [g for _ in range(int(p["layers"])) for g in ((1, r, w, True, 0), (1, w, r, True, w))]
+    if kind == "transformer":
+        s, d, ffn = p["seq_len"], p["d_model"], p["ffn"]
+        block = [(s, 3 * d, d, True, 0), (s, s, d, False, 0), (s, d, s, False, 0),
+                 (s, d, d, True, 0), (s, ffn, d, True, 0), (s, d, ffn, True, 0)]
+        return block * int(p["layers"])
+    if kind == "hstu":  # HSTU (Zhai et al., ICML 2024): U,V,Q,K projections, pointwise attention, out
+        s, d = p["seq_len"], p["d_model"]
+        block = [(s, 4 * d, d, True, 0), (s, s, d, False, 0), (s, d, s, False, 0), (s, d, d, True, 0)]
+        return block * int(p["layers"])
+    raise ValueError(kind)
+
+
+def layer_output_width(kind: str, p: dict) -> float:
+    if kind == "mlp":
+        return p["widths"][-1]
+    if kind == "dot":
+        return p["features"] * (p["features"] - 1) / 2 + p["dim"]
+    if kind == "dcnv2":
+        return p["width"]
+    return p["seq_len"] * p["d_model"]
+
+
+_LAYER_FIELDS = {
+    "mlp": ("input", "widths"), "dot": ("features", "dim"), "dcnv2": ("width", "layers", "low_rank"),
+    "transformer": ("seq_len", "d_model", "heads", "ffn", "layers"),
+    "hstu": ("seq_len", "d_model", "heads", "layers"),
+}
+
+
+# --------------------------------------------------------------------------------------- loading
+
+def load_model(name_or_path: str | Path) -> RankingModel:
+    """Load a model preset by name (`dlrm-dcnv2-mlperf`) or from a TOML/JSON file."""
+    path = _resolve("models", name_or_path)
+    return parse_model(read_file(path), str(path))
+
+
+def model_names() -> list[str]:
+    return preset_names("models")
+
+
+def parse_model(data: dict, src: str) -> RankingModel:
+    top = Section(data, src)
+    name = top.text("name")
+    top.text("description", default="")
+    batch = top.num(Num("global_batch", 1.0, lo=1.0, integer=True))
+    dtype = top.text("dense_dtype", tuple(SHARD_DTYPES))
+    pbytes = top.num(Num("param_bytes", 1.0, **dict(lo=0.0, lo_open=True)))
+    abytes = top.num(Num("activation_bytes", 1.0, **dict(lo=0.0, lo_open=True)))
+    dopt = top.text("dense_optimizer", tuple(DENSE_OPTIMIZERS))
+    tables = _parse_tables(top.sub("embeddings"), src)
+    dense = _parse_dense(top.sub("dense"), src)
+    top.finish()
+    f = lambda x: jnp.asarray(x, jnp.float32)
+    return RankingModel(tables=tables, dense=dense, global_batch=f(batch), param_bytes=f(pbytes),
+                        activation_bytes=f(abytes), dense_opt_values=f(DENSE_OPTIMIZERS[dopt]),
+                        dense_dtype=dtype, name=name)
+
+
+def _parse_tables(s: Section, src: str) -> EmbeddingTables:
+    bpe = s.num(Num("bytes_per_element", 1.0, lo=0.0, lo_open=True))
+    opt = s.text("optimizer", EMB_OPTIMIZERS)
+    idx = s.num(Num("index_bytes", 1.0, lo=1.0))
+    if s.has("synthetic"):
+        from . import generator
+        syn = s.sub("synthetic")
+        for key in ("rows", "pooling", "dim", "names", "access_skew", "sequence"):
+            if s.has(key):
+                raise s.error(key, "must not be given together with [embeddings.synthetic]")
+        kwargs = dict(syn.data)
+        syn._seen.update(kwargs)
+        try:
+            gen = generator.synthetic_embeddings(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(src, "embeddings.synthetic", str(err)) from None
+        rows, dim, pool = gen["rows"], gen["dim"], gen["pooling"]
+        skew, seq, names = gen["access_skew"], [0.0] * len(rows), list(gen["names"])
+    else:
+        rows = s.nums(Num("rows", 1.0, lo=1.0, integer=True))
+        t = len(rows)
+        if t == 0:
+            raise s.error("rows", "must list at least one table")
+        pool = s.nums(Num("pooling", 1.0, lo=0.0, lo_open=True), t)
+        dim = s.nums(Num("dim", 1.0, lo=1.0, integer=True), t)
+        skew = s.nums(Num("access_skew", 1.0, lo=0.0, hi=1.0, lo_open=True, default=1.0), t)
+        seq_raw = s.raw("sequence", [False] * t)
+        if not isinstance(seq_raw, list) or len(seq_raw) != t or not all(isinstance(b, bool) for b in seq_raw):
+            raise s.error("sequence", f"must be a list of {t} true/false values")
+        seq = [1.0 if b else 0.0 for b in seq_raw]
+        names = s.raw("names", [f"t{i}" for i in range(t)])
+        if not isinstance(names, list) or len(names) != t or len(set(map(str, names))) != t:
+            raise s.error("names", f"must be a list of {t} distinct names")
+    s.finish()
+    opt_row, opt_elem = {"sgd": (0.0, 0.0), "rowwise_adagrad": (4.0, 0.0), "adam": (0.0, 8.0)}[opt]
+    f = lambda x: jnp.asarray(x, jnp.float32)
+    return EmbeddingTables(rows=f(rows), dim=f(dim), pooling=f(pool), access_skew=f(skew), sequence=f(seq),
+                           opt_bytes_per_row=f(opt_row + 0.0 * np.asarray(dim)),
+                           opt_bytes_per_element=f(opt_elem), bytes_per_element=f(bpe), index_bytes=f(idx),
+                           names=tuple(str(n) for n in names))
+
+
+def _parse_dense(s: Section, src: str) -> Dense:
+    layers = s.raw("layers")
+    s.finish()
+    if not isinstance(layers, list) or not layers:
+        raise ConfigError(src, "dense.layers", "must be a non-empty list of [[dense.layers]] tables")
+    gemms, bottom, names, elem = [], [], [], []
+    for i, raw in enumerate(layers):
+        ls = Section(raw, src, f"dense.layers[{i}].")
+        kind = ls.text("kind", LAYER_KINDS)
+        lname = ls.text("name", default=f"{kind}{i}")
+        stage = ls.text("stage", STAGES)
+        p = {}
+        for key in _LAYER_FIELDS[kind]:
+            if key == "widths":
+                p[key] = ls.nums(Num(key, 1.0, lo=1.0, integer=True))
+                if not p[key]:
+                    raise ls.error(key, "must list at least one width")
+            else:
+                p[key] = ls.num(Num(key, 1.0, lo=1.0, integer=True))
+        ls.finish()
+        if kind == "transformer" or kind == "hstu":
+            if p["d_model"] % p["heads"]:
+                raise ls.error("heads", f"must divide d_model = {p['d_model']:g}")
+        for m, n, k, w, b in lower_layer(kind, p):
+            gemms.append((m, n, k, 1.0 if w else 0.0, b))
+            bottom.append(stage == "bottom")
+            names.append(lname)
+            elem.append(2.0 * m * n)  # one read + one write of the output per sample (activation / add)
+    g = np.asarray(gemms, np.float64)
+    f = lambda x: jnp.asarray(x, jnp.float32)
+    return Dense(m=f(g[:, 0]), n=f(g[:, 1]), k=f(g[:, 2]), weighted=f(g[:, 3]), bias=f(g[:, 4]),
+                 elementwise=f(elem), bottom=tuple(bottom), layer=tuple(names))
