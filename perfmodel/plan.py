@@ -243,3 +243,41 @@ def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
 def stack(plans: list[PlanArrays]) -> PlanArrays:
     """Stack PlanArrays along a new leading axis, for jax.vmap."""
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *plans)
+
+
+def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays:
+    """`n` random one-hot plans (stacked PlanArrays), drawn in one vectorized call.
+
+    Each table gets a uniform sharding type; table_wise a uniform rank; column_wise two shards on
+    two distinct uniform ranks; table_row_wise a uniform domain. Dense mode, algorithms, precisions,
+    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too. Not memory-checked.
+    """
+    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    H = D // L
+    ks = jax.random.split(key, 12)
+    dims = np.asarray(model.tables.dim)
+    can_cw = jnp.asarray(dims % 2 == 0)
+    st = jax.random.randint(ks[0], (n, T), 0, 5)
+    st = jnp.where((st == CW) & ~can_cw, TW, st)
+    if D == 1:
+        st = jnp.where(st == CW, TW, st)
+    r1 = jax.random.randint(ks[1], (n, T), 0, D)
+    r2 = (r1 + 1 + jax.random.randint(ks[2], (n, T), 0, max(D - 1, 1))) % D
+    cw = (st == CW).astype(jnp.float32)
+    placement = (jax.nn.one_hot(r1, D) * (1.0 - 0.5 * cw[..., None]) + jax.nn.one_hot(r2, D) * 0.5 * cw[..., None])
+    dom = jax.random.randint(ks[3], (n, T), 0, H)
+    algo_choice = []
+    for c, kind in enumerate(COLLECTIVES):
+        allowed = jnp.asarray([ALGORITHMS.index(a) for a in ALLOWED_ALGORITHMS[kind]])
+        pick = allowed[jax.random.randint(ks[4 + c], (n,), 0, len(allowed))]
+        algo_choice.append(jax.nn.one_hot(pick, 4))
+    cat = lambda k, m: jax.nn.one_hot(jax.random.randint(k, (n,), 0, m), m)
+    return PlanArrays(
+        shard_type=jax.nn.one_hot(st, 5), placement=placement, domain_placement=jax.nn.one_hot(dom, H),
+        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)), dense_mode=cat(ks[8], 3),
+        algorithm=jnp.stack(algo_choice, axis=1), a2a_precision=cat(ks[9], 3), grad_precision=cat(ks[10], 3),
+        offload=jax.random.bernoulli(ks[11], 0.5, (n,)).astype(jnp.float32),
+        pipeline=jax.random.bernoulli(ks[0], 0.5, (n,)).astype(jnp.float32),
+        grad_buckets=jax.random.randint(ks[1], (n,), 1, 17).astype(jnp.float32),
+        overlap_chunks=jax.random.randint(ks[2], (n,), 1, 5).astype(jnp.float32),
+    )

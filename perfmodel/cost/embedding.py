@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 
-from ..hardware import System
+from ..hardware import System, _pytree
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
 from .compute import gather_efficiency
 
 
+@_pytree
 @dataclass(frozen=True)
 class EmbeddingCosts:
     fwd_s: jnp.ndarray            # [D] lookup + pooled-output write
@@ -44,10 +45,35 @@ class EmbeddingCosts:
 
 
 def _domain_sums(x, size: int):
-    """[T, D] -> [T, D]: for each device, the sum of x over its domain of `size` devices."""
-    T, D = x.shape
-    s = x.reshape(T, D // size, size).sum(-1, keepdims=True)
-    return jnp.broadcast_to(s, (T, D // size, size)).reshape(T, D)
+    """[D] -> [D]: for each device, the sum of x over its domain of `size` devices."""
+    D = x.shape[0]
+    return jnp.repeat(x.reshape(D // size, size).sum(-1), size)
+
+
+def table_seconds(chip, model: RankingModel, width, cache_ratio):
+    """(forward, backward) seconds of one whole table's lookups at the global batch, rows `width` wide.
+
+    forward   lookups x row bytes, read at gather efficiency gamma(row bytes) from HBM for the
+              cache hit fraction h = cache_ratio ** access_skew, over the host link for the rest
+    backward  the gradient scatter (same bytes) plus the fused optimizer update of the distinct
+              rows touched, u = rows (1 - exp(-lookups / rows)) (uniform access): read + write of
+              the row and its optimizer state
+    """
+    tb = model.tables
+    B = model.global_batch
+    lookups = B * tb.pooling
+    hbm = chip.hbm_Bps * chip.hbm_eff
+    hit = cache_ratio ** tb.access_skew
+    unique = tb.rows * (1.0 - jnp.exp(-lookups / tb.rows))
+    rb = width * tb.bytes_per_element
+    srow = width * tb.opt_bytes_per_element + tb.opt_bytes_per_row
+
+    def read_s(nbytes, row_bytes):
+        return nbytes * (hit / (hbm * gather_efficiency(chip, row_bytes)) + (1.0 - hit) / chip.host_link_Bps)
+
+    fwd = read_s(lookups * rb, rb)
+    bwd = fwd + read_s(2.0 * unique * (rb + srow), rb + srow)
+    return fwd, bwd
 
 
 def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_bytes, grad_bytes) -> EmbeddingCosts:
@@ -62,85 +88,87 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     s_dp, s_tw, s_cw, s_rw, s_tr = (S[:, i] for i in (DP, TW, CW, RW, TWRW))
     s_p = s_tw + s_cw
     k = pa.cw_shards
-    c = jnp.where(s_dp > 0, 1.0, pa.cache_ratio)     # data-parallel tables stay in HBM
+    c = pa.cache_ratio + s_dp * (1.0 - pa.cache_ratio)   # data-parallel tables stay in HBM
 
     wb = tb.bytes_per_element
     row = tb.dim * wb
     out_rows = tb.output_per_sample()
-    lookups = B * tb.pooling
     hbm = chip.hbm_Bps * chip.hbm_eff
-    hit = c ** tb.access_skew
-    unique = tb.rows * (1.0 - jnp.exp(-lookups / tb.rows))     # distinct rows touched per batch
-    state_row = tb.dim * tb.opt_bytes_per_element + tb.opt_bytes_per_row
-
-    def read_s(nbytes, row_bytes):
-        return nbytes * (hit / (hbm * gather_efficiency(chip, row_bytes)) + (1.0 - hit) / chip.host_link_Bps)
-
-    def per_table(width):
-        """(fwd, bwd) seconds of one whole table's work at full batch B with rows `width` elements wide."""
-        rb = width * wb
-        srow = state_row * width / tb.dim + tb.opt_bytes_per_row * (1.0 - width / tb.dim)
-        fwd = read_s(lookups * rb, rb)
-        bwd = read_s(lookups * rb, rb) + read_s(2.0 * unique * (rb + srow), rb + srow)
-        return fwd, bwd
-
-    f_full, b_full = per_table(tb.dim)
-    f_cw, b_cw = per_table(tb.dim / k)
+    f_full, b_full = table_seconds(chip, model, tb.dim, c)
+    f_cw, b_cw = table_seconds(chip, model, tb.dim / k, c)
     out_write = B * out_rows * row / hbm                # pooled outputs at full batch, full width
 
-    # ---- per-device work: P^T W for table/column-wise, domain placement for table-row-wise
-    P = pa.placement
-    Q = pa.domain_placement                          # [T, H]
-    Qd = jnp.repeat(Q, L, axis=1)                    # [T, D]: share of the domain, per device of it
-    dp_bwd = 2.0 * tb.rows * tb.bytes_per_row() / hbm  # DP: each device applies the dense update
-    w_fwd_P = s_tw * (f_full + out_write) + s_cw * (f_cw + out_write)
-    w_bwd_P = s_tw * (b_full + out_write) + s_cw * (b_cw + out_write)
-    uni_fwd = jnp.sum(s_rw * (f_full / D + out_write) + s_dp * (f_full + out_write) / D)
-    uni_bwd = jnp.sum(s_rw * (b_full / D + out_write) + s_dp * ((b_full + out_write) / D + dp_bwd))
-    w_fwd_Q = s_tr * (f_full / L + out_write)
-    w_bwd_Q = s_tr * (b_full / L + out_write)
-    fwd = P.T @ w_fwd_P + Qd.T @ w_fwd_Q + uni_fwd + chip.launch_s
-    bwd = P.T @ w_bwd_P + Qd.T @ w_bwd_Q + uni_bwd + chip.launch_s
-
-    # ---- storage
     full = tb.rows * tb.bytes_per_row()
     cw_full = full + tb.rows * tb.opt_bytes_per_row * (k - 1.0)   # row-wise state is per shard
     store_P = s_tw * full + s_cw * cw_full
-    hbm_bytes = (P.T @ (store_P * c) + Qd.T @ (s_tr * full * c / L)
-                 + jnp.sum(s_rw * full * c / D + s_dp * full))
-    host_bytes = (P.T @ (store_P * (1 - c)) + Qd.T @ (s_tr * full * (1 - c) / L)
-                  + jnp.sum(s_rw * full * (1 - c) / D))
+    e = out_rows * tb.dim * a2a_bytes                # output bytes per sample per table
+    seq = tb.sequence
+    e_pool, e_seq = e * (1.0 - seq), e * seq         # pooled sums vs. sequence rows
+    g = tb.pooling * tb.index_bytes                  # index bytes per sample per table
+    per_dest = s_tw + s_cw * k                       # index copies: every column shard needs them all
 
-    # ---- output distribution (pooled vectors, at the all-to-all precision)
-    e = out_rows * tb.dim * a2a_bytes                # bytes per sample per table
-    send_p = (P.T @ (s_p * e)) * b                   # [D] per destination device
-    out_send = send_p[:, None] * first_reached[None, :]
-    recv_cols = []
-    prev = P
+    # ---- per-device sums as one matrix product per placement kind: [D, F] = P^T [T, F]
+    P = pa.placement
+    WP = jnp.stack([
+        s_tw * (f_full + out_write) + s_cw * (f_cw + out_write),      # 0 forward seconds
+        s_tw * (b_full + out_write) + s_cw * (b_cw + out_write),      # 1 backward seconds
+        store_P * c, store_P * (1.0 - c),                             # 2, 3 HBM / host bytes
+        s_p * e,                                                      # 4 output bytes per sample
+        per_dest * g,                                                 # 5 index bytes per sample
+    ], axis=1)
+    VP = P.T @ WP
+    WQ = jnp.stack([
+        s_tr * (f_full / L + out_write), s_tr * (b_full / L + out_write),
+        s_tr * full * c / L, s_tr * full * (1.0 - c) / L,
+        s_tr * e_pool, s_tr * e_seq, s_tr * g,
+    ], axis=1)
+    VQ = jnp.repeat(pa.domain_placement.T @ WQ, L, axis=0)   # [D, 7]: the domain's share, per device
+    totQ = jnp.sum(WQ, axis=0)
+    dp_bwd = 2.0 * tb.rows * tb.bytes_per_row() / hbm  # DP: each device applies the dense update
+    uni_fwd = jnp.sum(s_rw * (f_full / D + out_write) + s_dp * (f_full + out_write) / D)
+    uni_bwd = jnp.sum(s_rw * (b_full / D + out_write) + s_dp * ((b_full + out_write) / D + dp_bwd))
+    fwd = VP[:, 0] + VQ[:, 0] + uni_fwd + chip.launch_s
+    bwd = VP[:, 1] + VQ[:, 1] + uni_bwd + chip.launch_s
+    hbm_bytes = VP[:, 2] + VQ[:, 2] + jnp.sum(s_rw * full * c / D + s_dp * full)
+    host_bytes = VP[:, 3] + VQ[:, 3] + jnp.sum(s_rw * full * (1.0 - c) / D)
+
+    # ---- output distribution: bytes per device first reaching each level, [D, K]
+    # table/column-wise: the holder sends each device its b samples; a device receives from the
+    # holders in its level-l domain but not its level-(l-1) domain: domain sums of v = P^T (s e)
+    v = VP[:, 4]
+    out_send = (v * b)[:, None] * first_reached[None, :]
+    recv_cols, prev = [], v
     for l, size in enumerate(sizes):
-        cur = _domain_sums(P, size) if l < K - 1 else jnp.ones_like(P)
-        recv_cols.append(((cur - prev).T @ (s_p * e)) * b)
+        cur = _domain_sums(v, size) if l < K - 1 else jnp.full_like(v, jnp.sum(s_p * e))
+        recv_cols.append((cur - prev) * b)
         prev = cur
     out_recv = jnp.stack(recv_cols, axis=1)
-    if K > 1 or L > 1:
-        # table-row-wise: reduce-scatter inside the domain, then the domain's B / L share out
-        intra = (Qd.T @ (s_tr * e)) * B * (L - 1) / L
-        out_send = out_send.at[:, 0].add(intra)
-        out_recv = out_recv.at[:, 0].add(intra)
-        if K > 1:
-            remote_frac = first_reached[1:] / (D - L)
-            s_out = (Qd.T @ (s_tr * e)) * (B / L) * (D - L) / D
-            r_out = ((1.0 - Qd).T @ (s_tr * e)) * b
-            out_send = out_send.at[:, 1:].add(s_out[:, None] * remote_frac[None, :])
-            out_recv = out_recv.at[:, 1:].add(r_out[:, None] * remote_frac[None, :])
-    rw_bytes = B * jnp.sum(s_rw * e)
+    # table-row-wise, pooled: reduce-scatter inside the domain, then the domain's B / L share out
+    intra = VQ[:, 4] * B * (L - 1) / L
+    out_send = out_send.at[:, 0].add(intra)
+    out_recv = out_recv.at[:, 0].add(intra)
+    remote_frac = first_reached[1:] / max(D - L, 1)
+    if K > 1:
+        s_out = VQ[:, 4] * (B / L) * (D - L) / D
+        r_out = (totQ[4] - VQ[:, 4]) * b
+        out_send = out_send.at[:, 1:].add(s_out[:, None] * remote_frac[None, :])
+        out_recv = out_recv.at[:, 1:].add(r_out[:, None] * remote_frac[None, :])
+    # sequence rows (row-wise and table-row-wise): no partial sums; a holder with share x of the
+    # table sends x B pool dim bytes spread over all sample owners
+    dest = first_reached / D
+    e_seq_rw = jnp.sum(s_rw * e_seq)
+    seq_send = VQ[:, 5] * B / L + e_seq_rw * B / D
+    out_send = out_send + seq_send[:, None] * dest[None, :]
+    out_recv = out_recv + (e_seq_rw * b * dest)[None, :]
+    out_recv = out_recv.at[:, 0].add(VQ[:, 5] * b * (L - 1) / L)
+    if K > 1:
+        out_recv = out_recv.at[:, 1:].add(((totQ[5] - VQ[:, 5]) * b)[:, None] * remote_frac[None, :])
+    rw_bytes = B * jnp.sum(s_rw * e_pool)            # pooled row-wise: reduce-scatter buffer per chip
 
     # ---- input distribution (indices), destinations spread uniformly over the peers
-    g = tb.pooling * tb.index_bytes
     frac = first_reached / max(D - 1, 1)
-    per_dest = s_tw + s_cw * k
     send_tot = b * jnp.sum((per_dest + s_rw + s_tr) * g) * (D - 1) / D
-    recv_tot = (P.T @ (per_dest * g)) * (B - b) + jnp.sum(s_rw * g) * (B - b) / D + (Qd.T @ (s_tr * g)) * (B - b) / L
+    recv_tot = VP[:, 5] * (B - b) + jnp.sum(s_rw * g) * (B - b) / D + VQ[:, 6] * (B - b) / L
     in_send = jnp.broadcast_to(send_tot, (D,))[:, None] * frac[None, :]
     in_recv = recv_tot[:, None] * frac[None, :]
 

@@ -1,0 +1,23 @@
+"""perfmodel: a differentiable performance model of distributed training for ranking models.
+
+    import perfmodel as pm
+    system = pm.load_system("mtia300-64"); model = pm.load_model("dlrm-dcnv2-mlperf")
+    plan = pm.default_plan(system, model)
+    bd = pm.evaluate(system, model, plan)
+"""
+
+from .config import ConfigError
+from .evaluate import PHASES, Breakdown, evaluate
+from .hardware import Chip, Level, Nic, Offload, System, link_bandwidths, load_chip, load_system
+from .plan import (ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays,
+                   TablePlan, load_plan, plan_from_dict, random_plans, stack, to_arrays, validate_plan)
+from .search.greedy import default_plan, greedy_plan
+from .workload import EmbeddingTables, RankingModel, load_model, model_names
+
+__all__ = [
+    "ConfigError", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
+    "link_bandwidths", "load_chip", "load_system", "ALGORITHMS", "COLLECTIVES", "DENSE_MODES", "PRECISIONS",
+    "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
+    "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
+    "load_model", "model_names",
+]

@@ -1,0 +1,130 @@
+"""A greedy, memory-aware planner in the manner of TorchRec's: options per table, then
+longest-processing-time packing under per-device memory caps. It gives `default_plan`.
+
+Per table (cost of a whole table at the global batch, from the same cost functions `evaluate` uses):
+  tiny tables (gradient all-reduce cheaper than shipping their outputs) -> data_parallel
+  tables too big for one device's budget -> table_row_wise (inside one scale-up domain) when a
+      domain holds them and they pool (sequence features' rows would all leave one domain),
+      else row_wise over every device
+  tables heavier than a fair share of the load -> column_wise into k shards (k | dim, dim/k >= 32)
+  the rest, and the column-wise shards, are packed heaviest first onto the least-loaded device
+      with memory room; a shard that fits nowhere is kept in host DRAM with an HBM cache.
+Load of a table = lookup forward + backward seconds + its output and index bytes / the scale-out bandwidth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ConfigError
+from ..cost.embedding import table_seconds
+from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
+from ..hardware import System, link_bandwidths
+from ..plan import Plan, TablePlan
+from ..workload import RankingModel
+
+MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
+HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
+
+
+def greedy_plan(system: System, model: RankingModel) -> Plan:
+    tb = model.tables
+    D, L = system.num_chips, system.domain_size
+    T = tb.count
+    B = float(model.global_batch)
+    rows = np.asarray(tb.rows, np.float64)
+    dim = np.asarray(tb.dim, np.float64)
+    out_rows = np.asarray(tb.output_per_sample(), np.float64)
+    size = rows * np.asarray(tb.bytes_per_row(), np.float64)
+    one = np.ones(T, np.float32)
+    f, bw = (np.asarray(x, np.float64) for x in table_seconds(system.chip, model, tb.dim, one))
+    up, out = (float(x) for x in link_bandwidths(system))
+    link = out if len(system.levels) > 1 else up
+    out_bytes = B * out_rows * dim * 4.0
+    in_bytes = B * np.asarray(tb.pooling, np.float64) * float(tb.index_bytes)
+    load = f + bw + (out_bytes + in_bytes) / max(link, 1.0)
+    sequence = np.asarray(tb.sequence) > 0
+
+    dense_mode = "replicated"
+    cap = float(capacity_bytes(system))
+    pooled = float(np.sum(out_rows * dim))
+    act = float(activation_bytes(model, B / D, pooled))
+    buffers = 4.0 * (B / D) * pooled * 4.0
+    for mode, shard in (("replicated", 1.0), ("hybrid", float(L)), ("fully_sharded", float(D))):
+        dense = float(dense_state_bytes(model, shard))
+        dense_mode = mode
+        if dense + act + buffers < 0.5 * cap:
+            break
+    budget = HEADROOM * (cap - dense - act - buffers)
+    if budget <= 0:
+        raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: the dense part and "
+                          f"activations alone need {(dense + act + buffers) / 1e9:.1f} GB of {cap / 1e9:.1f} GB per device")
+
+    tables: dict[str, TablePlan] = {}
+    used = np.zeros(D)
+    work = np.zeros(D)
+    names = tb.names
+    dp = (2.0 * rows * dim * 4.0 < out_bytes / D) & (size < 0.01 * budget) & (D > 1)
+    for i in np.flatnonzero(dp):
+        tables[names[i]] = TablePlan("data_parallel", list(range(D)))
+        used += size[i]
+        work += load[i] / D
+    big = (size > 0.5 * budget) & ~dp
+    for i in np.flatnonzero(big):
+        if D > L and size[i] / L <= 0.5 * budget and not sequence[i]:
+            dom = int(np.argmin(used.reshape(-1, L).sum(1)))
+            ranks = list(range(dom * L, dom * L + L))
+            tables[names[i]] = TablePlan("table_row_wise", ranks)
+            used[ranks] += size[i] / L
+            work[ranks] += load[i] / L
+        else:
+            tables[names[i]] = TablePlan("row_wise", list(range(D)))
+            used += size[i] / D
+            work += load[i] / D
+
+    rest = [i for i in range(T) if names[i] not in tables]
+    fair = (load[rest].sum() + work.sum()) / D if rest else 0.0
+    shards = []      # (load, bytes, table index, k)
+    for i in rest:
+        k = 1
+        if load[i] > fair and D > 1:
+            want = int(np.ceil(load[i] / fair))
+            options = [c for c in range(2, min(D, int(dim[i]) // MIN_CW_DIM) + 1) if dim[i] % c == 0]
+            if options:
+                k = min([c for c in options if c >= want] or [max(options)])
+        shards += [(load[i] / k, size[i] / k, i, k)] * k
+    shards.sort(key=lambda s: (-s[0], s[2]))
+    placed: dict[int, list[int]] = {}
+    cache: dict[int, float] = {}
+    for ld, nbytes, i, k in shards:
+        taken = placed.setdefault(i, [])
+        order = np.lexsort((np.arange(D), work))
+        choice = next((d for d in order if d not in taken and used[d] + nbytes <= budget), None)
+        if choice is None:
+            choice = next(d for d in order if d not in taken)
+            room = budget - used[choice]
+            if room <= 0.05 * nbytes:
+                raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: table "
+                                  f"{names[i]} ({nbytes / 1e9:.1f} GB per shard) finds no device with room")
+            cache[i] = min(cache.get(i, 1.0), room / nbytes)
+        taken.append(int(choice))
+        used[choice] += nbytes * cache.get(i, 1.0)
+        work[choice] += ld
+    for i, ranks in placed.items():
+        st = "column_wise" if len(ranks) > 1 else "table_wise"
+        tables[names[i]] = TablePlan(st, sorted(ranks), round(float(cache.get(i, 1.0)), 4))
+
+    multi = len(system.levels) > 1
+    return Plan(
+        tables={n: tables[n] for n in names},
+        dense=dense_mode,
+        algorithms={"all_to_all": "direct", "all_reduce": "hierarchical" if multi else "ring",
+                    "reduce_scatter": "ring", "all_gather": "ring"},
+        offload=bool(float(system.offload.engines) > 0),
+        pipeline=True, grad_buckets=4, overlap_chunks=1,
+    )
+
+
+def default_plan(system: System, model: RankingModel) -> Plan:
+    """A sensible, memory-feasible plan: the greedy planner's."""
+    return greedy_plan(system, model)
