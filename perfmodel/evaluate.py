@@ -16,8 +16,10 @@ is ready (max over devices) and compute and communication on separate streams:
   step        = max(critical path, total communication busy, total compute busy)
 
 Interference: while a collective overlaps compute for time o, the compute loses the compute units
-a core-driven collective takes (o f / (1 - f)) and the HBM bandwidth the collective's bytes use
-(mult x bytes overlapped / B_hbm); engines take no compute units and read each byte once.
+a core-driven collective takes (o f / (1 - f)), and waits for the HBM traffic the collective
+makes (min(mult x bytes / B_hbm, compute): charged in full, an upper bound, so that a faster link
+never makes a step slower). Core-driven collectives move mult = 2-3x their bytes through HBM;
+offload engines take no compute units and read each byte once.
 """
 
 from __future__ import annotations
@@ -146,8 +148,10 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
     hbm_bw = chip.hbm_Bps * chip.hbm_eff
 
     def interfere(comp, comm, nbytes):
+        # compute units: lost for the overlap o; HBM: the collective's traffic is charged to the
+        # compute it overlaps, at most doubling it (an upper bound that no faster link can raise)
         o = mn(comp, comm)
-        return o * fc / (1.0 - fc) + o / (comm + 1e-12) * nbytes * mult / hbm_bw
+        return o * fc / (1.0 - fc) + mn(nbytes * mult / hbm_bw, comp) * (comm > 0)
 
     out_bytes = jnp.max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1)) + emb.rw_bytes * (D - 1) / D
     in_bytes = jnp.max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1))
@@ -206,7 +210,7 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
     mfu = dense_flops(model) * B / (step * D * peak)
     hosts = D / system.chips_per_host
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
-    joules = (D * chip.tdp_W + hosts * system.host_power_W) * step / B
+    joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)
 
     phase = {"input_dist": zero + c_in, "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + c_out,
              "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + c_gout,

@@ -1,0 +1,27 @@
+# make demo: set up a virtual environment from this repo's files and run the main job on built-in defaults.
+# make test: set up the same environment (with test tools) and run the test suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/perfmodel evaluate --system mtia300-64 --model dlrm-dcnv2-mlperf
+	$(BIN)/perfmodel evaluate --system h100-64 --model dlrm-dcnv2-mlperf
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_evaluate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
