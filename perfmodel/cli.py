@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="step time, breakdown, memory and cost of one plan",
                         description="Evaluate one training step of MODEL on SYSTEM under a plan "
-                                    "(the greedy default plan unless --plan is given).")
+                                    "(the greedy default plan unless --plan is given). Inputs are TOML "
+                                    "(systems, chips, models) and JSON (plans). Results: times in seconds "
+                                    "(the table prints ms / us), sizes in bytes, throughput in samples/s; "
+                                    "every --json key carries its unit (step_s, memory_max_bytes).")
     ev.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a system TOML path")
     ev.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a model TOML path")
     ev.add_argument("--plan", help="plan JSON (per-table sharding_type + ranks, TorchRec names); default: greedy plan")

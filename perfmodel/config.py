@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class ConfigError(ValueError):
@@ -86,26 +87,36 @@ class Section:
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(self.source, self.name(key), message)
 
-    def _get(self, key: str, required: bool, default: Any) -> Any:
+    def _get(self, key: str, required: bool, default: Any, allowed: str = "") -> Any:
         self._seen.add(key)
         if key not in self.data:
             if required:
-                raise self.error(key, "is missing")
+                raise self.error(key, f"is missing; give {allowed}" if allowed else "is missing")
             return default
         return self.data[key]
+
+    def _scaled(self, value: float, spec: Num, name: str) -> float:
+        # leaves are float32: a finite number that overflows it once in SI would be a silent inf
+        si = value * spec.scale
+        if not abs(si) <= FLOAT32_MAX:
+            raise ConfigError(self.source, name, f"must be {spec.allowed()} small enough to hold in SI units "
+                              f"as float32 (<= {FLOAT32_MAX / spec.scale:.3g}), got {value!r}")
+        return si
 
     def num(self, spec: Num) -> float | None:
         if spec.key not in self.data and spec.default is not None:
             self._seen.add(spec.key)
             return spec.default * spec.scale          # defaults are trusted, not range-checked
-        value = self._get(spec.key, spec.required, None)
+        value = self._get(spec.key, spec.required, None, spec.allowed())
         if value is None:
             return None
-        return check_number(value, spec, self.source, self.name(spec.key)) * spec.scale
+        name = self.name(spec.key)
+        return self._scaled(check_number(value, spec, self.source, name), spec, name)
 
     def nums(self, spec: Num, length: int | None = None) -> list[float] | None:
         """A list of numbers (or one number broadcast to `length`)."""
-        value = self._get(spec.key, spec.required and spec.default is None, spec.default)
+        value = self._get(spec.key, spec.required and spec.default is None, spec.default,
+                          f"a list of numbers, each {spec.allowed()}")
         if value is None:
             return None
         if not isinstance(value, list):
@@ -115,18 +126,20 @@ class Section:
         if length is not None and len(value) != length:
             raise self.error(spec.key, f"must have {length} entries (one per table), has {len(value)}")
         name = self.name(spec.key)
-        return [check_number(v, spec, self.source, f"{name}[{i}]") * spec.scale for i, v in enumerate(value)]
+        return [self._scaled(check_number(v, spec, self.source, f"{name}[{i}]"), spec, f"{name}[{i}]")
+                for i, v in enumerate(value)]
 
     def text(self, key: str, choices: Iterable[str] | None = None, default: str | None = None) -> str:
-        value = self._get(key, default is None, default)
+        allowed = f"one of: {', '.join(choices)}" if choices is not None else "a string"
+        value = self._get(key, default is None, default, allowed)
         if not isinstance(value, str):
-            raise self.error(key, f"must be a string, got {value!r}")
+            raise self.error(key, f"must be {allowed}, got {value!r}")
         if choices is not None and value not in choices:
             raise self.error(key, f"is {value!r}; allowed: {', '.join(choices)}")
         return value
 
     def flag(self, key: str, default: bool | None = None) -> bool:
-        value = self._get(key, default is None, default)
+        value = self._get(key, default is None, default, "true or false")
         if not isinstance(value, bool):
             raise self.error(key, f"must be true or false, got {value!r}")
         return value
@@ -147,7 +160,11 @@ class Section:
 def check_number(value: Any, spec: Num, source: str, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:          # an integer too large for a float
+        finite = False
+    if not finite:
         raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
     if spec.integer and int(value) != value:
         raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")

@@ -35,7 +35,7 @@ from .cost.embedding import embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import reduce_max, smax, smin
 from .hardware import System, _pytree, static
-from .plan import COLLECTIVES, PRECISION_BYTES, Plan, PlanArrays, to_arrays, validate_plan
+from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, to_arrays, validate_plan
 from .workload import RankingModel
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
@@ -109,14 +109,26 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
     e_f, e_b = emb.fwd_s, emb.bwd_s
 
     # ---------------------------------------------------------------- communication
-    c_in = coll.all_to_all(net, emb.in_send, emb.in_recv, algo[A2A], dmax)
+    # A collective runs only if some table needs it. Its expected time is P(used) x time(bytes |
+    # used), with P(used) = 1 - prod_t (1 - s_t): exactly 0 or 1 for a discrete plan, smooth for a
+    # relaxed one (latency terms fade in with the probability instead of jumping).
+    S = pa.shard_type
+    def used(s_t):
+        return 1.0 - jnp.prod(1.0 - s_t)
+    def expected(u, timed, *volumes):
+        safe = jnp.maximum(u, 1e-6)
+        return u * timed(*(v / safe for v in volumes))
     top = K - 1
-    c_rw = coll.reduce_scatter(net, emb.rw_bytes, 0, top, algo[RS]) * (emb.rw_bytes > 0)
-    c_rw_b = coll.all_gather(net, emb.rw_bytes, 0, top, algo[AG]) * (emb.rw_bytes > 0)
-    a2a_out = coll.all_to_all(net, emb.out_send, emb.out_recv, algo[A2A], dmax)
-    has_a2a = jnp.sum(emb.out_send) > 0
-    c_out = a2a_out * has_a2a + c_rw
-    c_gout = a2a_out * has_a2a + c_rw_b
+    u_in = used(1.0 - S[:, DP])
+    u_a2a = used(S[:, TW] + S[:, CW] + S[:, TWRW] + S[:, RW] * model.tables.sequence)
+    u_rw = used(S[:, RW] * (1.0 - model.tables.sequence))
+    u_dp = used(S[:, DP])
+    c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.in_send, emb.in_recv)
+    c_rw = expected(u_rw, lambda x: coll.reduce_scatter(net, x, 0, top, algo[RS]), emb.rw_bytes)
+    c_rw_b = expected(u_rw, lambda x: coll.all_gather(net, x, 0, top, algo[AG]), emb.rw_bytes)
+    a2a_out = expected(u_a2a, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.out_send, emb.out_recv)
+    c_out = a2a_out + c_rw
+    c_gout = a2a_out + c_rw_b
 
     P_dense = model.dense.params()
     g_bytes = P_dense * grad_b
@@ -130,7 +142,7 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
     hyb_ag = coll.all_gather(net, p_bytes, 0, 0, algo[AG])
     c_sync_dense = m_rep * ddp + m_fsdp * fsdp_rs + m_hyb * (hyb_rs + hyb_ar)
     c_ag = m_fsdp * fsdp_ag + m_hyb * hyb_ag                 # parameter all-gather, forward and backward
-    c_dp = coll.all_reduce(net, emb.dp_grad_bytes, 0, top, algo[AR]) * (emb.dp_grad_bytes > 0)
+    c_dp = expected(u_dp, lambda x: coll.all_reduce(net, x, 0, top, algo[AR]), emb.dp_grad_bytes)
     buckets, chunks, p = pa.grad_buckets, pa.overlap_chunks, pa.pipeline
     alpha_max = net.alpha[0]
     for a in net.alpha[1:]:

@@ -103,7 +103,10 @@ class Plan:
         path = Path(path)
         if path.exists():
             raise ConfigError(str(path), "", "exists already; choose another name or remove it first")
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        try:
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as err:
+            raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
 
     def torchrec(self) -> dict[str, dict]:
         """Per-table {sharding_type, ranks, compute_kernel} as TorchRec's ParameterSharding wants."""

@@ -1,0 +1,122 @@
+"""Collective times against hand calculations from the preset numbers (NCCL's alpha + S / B model)."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.cost import collectives as coll
+
+S = 64e6  # bytes per chip
+ONE = {a: jnp.asarray(np.eye(4, dtype=np.float32)[i]) for i, a in enumerate(pm.ALGORITHMS)}
+
+# mtia300 preset: NIC of 10 active x 800 Gb/s ports, 80 % on scale-up; rack latency 1.5 us,
+# cluster 2.0 us; NIC 1.0 us + 0.2 us per message; launch 3 us; 16 engines x 1.9 GHz x 96 B/cycle.
+UP, OUT = 0.8 * 10 * 100e9, 0.2 * 10 * 100e9
+A_UP, A_OUT = 1.5e-6 + 1.2e-6, 2.0e-6 + 1.2e-6
+LAUNCH, SETUP = 3e-6, 1e-6
+ENGINE_BPS = 16 * 1.9e9 * 96
+
+
+def test_link_bandwidths_and_latencies(mtia64, h100_64):
+    up, out = pm.link_bandwidths(mtia64)
+    assert float(up) == pytest.approx(UP, rel=1e-6) and float(out) == pytest.approx(OUT, rel=1e-6)
+    net = coll.make_net(mtia64, 1.0)
+    assert [float(a) for a in net.alpha] == pytest.approx([A_UP, A_OUT], rel=1e-6)
+    assert net.fanout == (16, 4)
+    # H100: NVLink 450 GB/s at 0.6 us; NIC 50 GB/s behind PCIe (63 GB/s): 2 + 1 + 1 + 1 us per step
+    up, out = pm.link_bandwidths(h100_64)
+    assert float(up) == pytest.approx(450e9, rel=1e-6) and float(out) == pytest.approx(50e9, rel=1e-6)
+    net = coll.make_net(h100_64, 1.0)
+    assert [float(a) for a in net.alpha] == pytest.approx([0.6e-6, 5.0e-6], rel=1e-6)
+
+
+def test_pcie_caps_an_integrated_nic_moved_behind_it(mtia64):
+    nic = mtia64.nic
+    behind = mtia64.replace(nic=type(nic)(**{**nic.__dict__, "pcie": jnp.float32(1.0)}))
+    up, out = pm.link_bandwidths(behind)
+    cap = 64e9 / (10 * 100e9)    # host PCIe Gen5 x16 64 GB/s over the NIC's 1 TB/s
+    assert float(up) == pytest.approx(UP * cap, rel=1e-5)
+    assert float(out) == pytest.approx(OUT * cap, rel=1e-5)
+
+
+def test_ring_all_reduce_inside_a_rack(mtia16):
+    n = 16
+    core = coll.make_net(mtia16, 0.0)
+    expect = 2 * (n - 1) / n * S / UP + 2 * (n - 1) * A_UP + LAUNCH
+    assert float(coll.all_reduce(core, S, 0, 0, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
+    # on the engines: the reduction (15/16 S at 2.9 TB/s = 21 us) hides under the transfer
+    eng = coll.make_net(mtia16, 1.0)
+    expect_eng = 2 * (n - 1) / n * S / UP + 2 * (n - 1) * A_UP + SETUP
+    assert float(coll.all_reduce(eng, S, 0, 0, ONE["ring"])) == pytest.approx(expect_eng, rel=1e-5)
+
+
+def test_engine_reduction_bounds_a_fast_transfer(mtia16):
+    """With one engine the reduce unit (128 B/cycle -> 96 busy) is slower than 800 GB/s links."""
+    off = mtia16.offload
+    one = mtia16.replace(offload=type(off)(**{**off.__dict__, "engines": jnp.float32(1.0)}))
+    net = coll.make_net(one, 1.0)
+    n = 16
+    t_net = (n - 1) / n * S / UP + (n - 1) * A_UP
+    t_red = (n - 1) / n * S / (1.9e9 * 96)
+    got = float(coll.reduce_scatter(net, S, 0, 0, ONE["ring"]))
+    assert t_red > t_net
+    assert got == pytest.approx(t_red + SETUP, rel=1e-5)
+
+
+def test_tree_direct_and_hierarchical_all_reduce(mtia64):
+    net = coll.make_net(mtia64, 1.0)
+    n = 64
+    bmin, amax = OUT, A_OUT
+    tree = 2 * S / bmin + 2 * math.ceil(math.log2(n)) * amax + SETUP
+    assert float(coll.all_reduce(net, S, 0, 1, ONE["tree"])) == pytest.approx(tree, rel=1e-5)
+    ring = 2 * (n - 1) / n * S / bmin + 2 * (n - 1) * amax + SETUP
+    assert float(coll.all_reduce(net, S, 0, 1, ONE["ring"])) == pytest.approx(ring, rel=1e-5)
+    # direct (two-shot): reduce-scatter + all-gather, each chip talks to 15 rack peers over scale-up
+    # and 48 remote peers over scale-out at once; 64 messages in flight (16 engines x 4)
+    m = 64
+    bytes_t = max(S * 15 / 64 / UP, S * 48 / 64 / OUT)
+    lat = amax * (1 + (n - 1) / m)
+    direct = 2 * (bytes_t + lat) + SETUP
+    assert float(coll.all_reduce(net, S, 0, 1, ONE["direct"])) == pytest.approx(direct, rel=1e-5)
+    # hierarchical: ring RS in the rack, ring AR over 4 racks on S/16, ring AG in the rack
+    rs = 15 / 16 * S / UP + 15 * A_UP
+    ar = 2 * 3 / 4 * (S / 16) / OUT + 2 * 3 * A_OUT
+    hier = rs + ar + rs + SETUP
+    assert float(coll.all_reduce(net, S, 0, 1, ONE["hierarchical"])) == pytest.approx(hier, rel=1e-5)
+
+
+def test_all_gather_equals_reduce_scatter_transfer_on_ring(mtia64):
+    net = coll.make_net(mtia64, 0.0)
+    n = 64
+    expect = (n - 1) / n * S / OUT + (n - 1) * A_OUT + LAUNCH
+    assert float(coll.all_gather(net, S, 0, 1, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
+
+
+def test_uneven_all_to_all_is_set_by_the_slowest_device(mtia64):
+    net = coll.make_net(mtia64, 1.0)
+    D = 64
+    send = np.full((D, 2), 1e6, np.float32)
+    recv = np.full((D, 2), 1e6, np.float32)
+    send[7, 1] = 50e6                 # device 7 sends 50 MB off the rack
+    recv[3, 0] = 90e6                 # device 3 receives 90 MB inside the rack
+    t = float(coll.all_to_all(net, jnp.asarray(send), jnp.asarray(recv), ONE["direct"], jnp.max))
+    lat = A_UP * (1 + 14 / 64) + A_OUT * (1 + 47 / 64)
+    expect = max(50e6 / OUT, 90e6 / UP) + lat + SETUP
+    assert t == pytest.approx(expect, rel=1e-5)
+    # hierarchical: remote bytes cross the rack first; 3 aggregated messages per remote level
+    th = float(coll.all_to_all(net, jnp.asarray(send), jnp.asarray(recv), ONE["hierarchical"], jnp.max))
+    lat_h = A_UP * (1 + 14 / 64) + A_OUT * (1 + (48 // 16 - 1) / 64)
+    expect_h = max(50e6 / OUT, (1e6 + 50e6) / UP, 90e6 / UP + 1e6 / UP) + lat_h + SETUP
+    assert th == pytest.approx(expect_h, rel=1e-5)
+
+
+def test_a_single_chip_has_no_collective_cost():
+    one = pm.load_system("h100-1")
+    net = coll.make_net(one, 0.0)
+    assert float(coll.all_reduce(net, S, 0, 0, ONE["ring"])) == 0.0
+    assert float(coll.reduce_scatter(net, S, 0, 0, ONE["ring"])) == 0.0
+    z = jnp.zeros((1, 1))
+    assert float(coll.all_to_all(net, z, z, ONE["direct"], jnp.max)) == 0.0

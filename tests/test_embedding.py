@@ -1,0 +1,80 @@
+"""Embedding storage and all-to-all volumes per sharding type, against hand sums and conservation."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.cost.embedding import embedding_costs
+
+
+def _plan(system, model, types):
+    """A plan from a per-table list of (sharding_type, ranks)."""
+    tables = {n: pm.TablePlan(st, ranks) for n, (st, ranks) in zip(model.tables.names, types)}
+    return pm.to_arrays(pm.Plan(tables), system, model)
+
+
+def test_mlperf_memory_is_204m_rows(mlperf, mtia64):
+    rows = np.asarray(mlperf.tables.rows, np.float64)
+    assert rows.sum() == pytest.approx(204_184_588, rel=1e-6)
+    D = 64
+    types = [("table_wise", [i % D]) for i in range(26)]
+    emb = embedding_costs(mtia64, mlperf, _plan(mtia64, mlperf, types), 4.0, 4.0)
+    # fp32 weights, one fp32 row-wise Adagrad value per row: 204,184,588 x (128 x 4 + 4) bytes
+    assert float(jnp.sum(emb.hbm_bytes)) == pytest.approx(204_184_588 * 516, rel=1e-5)
+    assert float(jnp.sum(emb.host_bytes)) == 0.0
+
+
+def test_storage_per_sharding_type(small, mtia64):
+    D, L = 64, 16
+    size = np.asarray(small.tables.rows) * (64 * 4 + 4)
+    types = [("table_wise", [5]), ("column_wise", [1, 2]), ("row_wise", list(range(D))),
+             ("table_row_wise", list(range(16, 32))), ("data_parallel", list(range(D))),
+             ("table_wise", [5]), ("table_wise", [6]), ("table_wise", [7])]
+    emb = embedding_costs(mtia64, small, _plan(mtia64, small, types), 4.0, 4.0)
+    hbm = np.asarray(emb.hbm_bytes, np.float64)
+    rows = np.asarray(small.tables.rows, np.float64)
+    expect = np.zeros(D)
+    expect[5] += size[0] + size[5]
+    expect[[1, 2]] += rows[1] * (32 * 4 + 4)          # each column shard keeps its own row state
+    expect += size[2] / D
+    expect[16:32] += size[3] / L
+    expect += size[4]                                  # data parallel: a full copy everywhere
+    expect[6] += size[6]
+    expect[7] += size[7]
+    np.testing.assert_allclose(hbm, expect, rtol=1e-5)
+
+
+def test_table_wise_output_all_to_all_volumes(small, mtia64):
+    D, B, b = 64, 4096, 4096 / 64
+    types = [("table_wise", [3])] * 8
+    emb = embedding_costs(mtia64, small, _plan(mtia64, small, types), 2.0, 4.0)
+    e = 64 * 2.0                                       # bytes per sample per table (bf16)
+    send = np.asarray(emb.out_send)
+    recv = np.asarray(emb.out_recv)
+    # the holder sends b samples to each of 15 rack peers and 48 remote devices, per table
+    assert send[3, 0] == pytest.approx(8 * b * 15 * e, rel=1e-6)
+    assert send[3, 1] == pytest.approx(8 * b * 48 * e, rel=1e-6)
+    assert send[[0, 4, 40]].sum() == 0.0
+    # a rack peer of device 3 receives its b samples from inside the rack; a remote device from outside
+    assert recv[0, 0] == pytest.approx(8 * b * e, rel=1e-6) and recv[0, 1] == 0.0
+    assert recv[40, 1] == pytest.approx(8 * b * e, rel=1e-6) and recv[40, 0] == 0.0
+    assert recv[3].sum() == 0.0
+    assert send.sum() == pytest.approx(recv.sum(), rel=1e-6)     # bytes are conserved
+    assert float(emb.rw_bytes) == 0.0
+
+
+@pytest.mark.parametrize("seq", [False, True])
+def test_row_wise_and_table_row_wise_conserve_bytes(mtia64, seq):
+    model = pm.load_model("hstu-seq") if seq else pm.load_model("dlrm-small")
+    T, D = model.tables.count, 64
+    types = [("table_row_wise", list(range(16 * (i % 4), 16 * (i % 4) + 16))) for i in range(T)]
+    emb = embedding_costs(mtia64, model, _plan(mtia64, model, types), 4.0, 4.0)
+    assert float(jnp.sum(emb.out_send)) == pytest.approx(float(jnp.sum(emb.out_recv)), rel=1e-5)
+    assert float(jnp.sum(emb.in_send)) == pytest.approx(float(jnp.sum(emb.in_recv)), rel=2e-2)
+    types = [("row_wise", list(range(D)))] * T
+    emb = embedding_costs(mtia64, model, _plan(mtia64, model, types), 4.0, 4.0)
+    e = np.asarray(model.tables.output_per_sample() * model.tables.dim * 4.0)
+    pooled = 1 - np.asarray(model.tables.sequence)
+    # pooled features: a reduce-scatter of the partial sums of all B samples, B x sum(dim) x 4
+    assert float(emb.rw_bytes) == pytest.approx(float(model.global_batch) * (e * pooled).sum(), rel=1e-6)
