@@ -328,9 +328,9 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
     if not isinstance(raw_levels, list) or not raw_levels:
         raise ConfigError(src, "network.levels", "must be a non-empty list of [[network.levels]] tables")
     n = int(count if count is not None else sizes[0])
-    levels = []
+    parsed = []
     prev = 1
-    for i, raw in enumerate(raw_levels):
+    for i, raw in enumerate(raw_levels):        # every level is checked, even past this system's size
         s = Section(raw, src, f"network.levels[{i}].")
         lname = s.text("name")
         link = s.text("link", ("scale_up", "scale_out"))
@@ -340,10 +340,13 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         s.finish()
         if size <= prev and i > 0:
             raise s.error("domain_chips", f"must grow from level to level (previous level has {prev})")
+        parsed.append((size, link, lname, lat, over))
+        prev = size
+    levels = []
+    for size, link, lname, lat, over in parsed:
         levels.append((min(size, n), link, lname, lat, over))
         if size >= n:
             break
-        prev = size
     top.finish()
     if n < 1:
         raise ConfigError(src, "chips", "must be >= 1")

@@ -169,8 +169,6 @@ def test_system_level_with_unknown_link(tmp_path):
     check(info.value, "usb.toml", "network.levels[1].link", "'usb'", "allowed: scale_up, scale_out")
 
 
-@pytest.mark.xfail(strict=True, reason="bug in hardware._parse_system: levels beyond the one that holds "
-                   "all chips are never read, so a bad outer level passes unchecked at small sizes")
 def test_bad_outer_level_is_reported_at_every_size(tmp_path):
     with pytest.raises(ConfigError):
         load_system(_outer_level_link_usb(tmp_path), chips=8)

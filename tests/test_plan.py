@@ -209,8 +209,9 @@ def test_invalid_plan_file_names_the_file(tmp_path, h64):
 def test_a_valid_plan_for_one_system_is_checked_against_another(h64):
     _, model = h64
     plan = plan_from_dict(every_kind(), h64[0], model)
-    with pytest.raises(ConfigError, match=r"^plan: field .tables\.c0\.ranks.: rank 8 does not exist: system h100-8 has ranks 0\.\.7$"):
+    with pytest.raises(ConfigError) as info:
         validate_plan(plan, load_system("h100-8"), model)
+    assert str(info.value) == "plan: field 'tables.c0.ranks': rank 8 does not exist: system h100-8 has ranks 0..7"
 
 
 def test_evaluate_checks_a_discrete_plan(h64):
@@ -332,8 +333,6 @@ def test_model_whose_dense_part_fits_nowhere(tmp_path):
     assert "dlrm-small fits on no plan of h100-8" in str(info.value) and "72.0 GB per device" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="bug in search/greedy.py: a table too big for every device's HBM and "
-                   "host DRAM gets a row_wise plan that is infeasible, with no error")
 def test_model_with_one_enormous_table_fits_no_plan(tmp_path):
     path = tmp_path / "huge.toml"
     path.write_text(HUGE_TABLE)

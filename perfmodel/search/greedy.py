@@ -70,6 +70,7 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
         used += size[i]
         work += load[i] / D
     big = (size > 0.5 * budget) & ~dp
+    host_used = 0.0
     for i in np.flatnonzero(big):
         if D > L and size[i] / L <= 0.5 * budget and not sequence[i]:
             dom = int(np.argmin(used.reshape(-1, L).sum(1)))
@@ -78,8 +79,17 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
             used[ranks] += size[i] / L
             work[ranks] += load[i] / L
         else:
-            tables[names[i]] = TablePlan("row_wise", list(range(D)))
-            used += size[i] / D
+            share = size[i] / D
+            room = budget - used.max()
+            ratio = 1.0 if share <= room else room / share        # keep the rest in host DRAM
+            if ratio < 0.01 or (1.0 - ratio) * share > float(system.chip.host_dram_bytes) - host_used:
+                raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: table "
+                                  f"{names[i]} needs {share / 1e9:.1f} GB per device even row-wise over "
+                                  f"{D} devices; {max(room, 0) / 1e9:.1f} GB of HBM and "
+                                  f"{float(system.chip.host_dram_bytes) / 1e9:.0f} GB of host DRAM are left")
+            tables[names[i]] = TablePlan("row_wise", list(range(D)), round(float(ratio), 4))
+            used += share * ratio
+            host_used += share * (1.0 - ratio)
             work += load[i] / D
 
     rest = [i for i in range(T) if names[i] not in tables]
