@@ -10,17 +10,25 @@ Per table (cost of a whole table at the global batch, from the same cost functio
   the rest, and the column-wise shards, are packed heaviest first onto the least-loaded device
       with memory room; a shard that fits nowhere is kept in host DRAM with an HBM cache.
 Load of a table = lookup forward + backward seconds + its output and index bytes / the scale-out bandwidth.
+With the tables placed, the dense parallelism, collective algorithms, gradient buckets and overlap
+chunks are chosen by evaluating all their combinations at once (the precisions stay fp32, as
+TorchRec's default: lower precision changes the numerics, which is the user's call).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
+import jax
 import numpy as np
 
 from ..config import ConfigError
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
-from ..plan import Plan, TablePlan
+from ..evaluate import _evaluate
+from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, stack, to_arrays
 from ..workload import RankingModel
 
 MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
@@ -124,15 +132,32 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
         st = "column_wise" if len(ranks) > 1 else "table_wise"
         tables[names[i]] = TablePlan(st, sorted(ranks), round(float(cache.get(i, 1.0)), 4))
 
-    multi = len(system.levels) > 1
-    return Plan(
-        tables={n: tables[n] for n in names},
-        dense=dense_mode,
-        algorithms={"all_to_all": "direct", "all_reduce": "hierarchical" if multi else "ring",
-                    "reduce_scatter": "ring", "all_gather": "ring"},
-        offload=bool(float(system.offload.engines) > 0),
-        pipeline=True, grad_buckets=4, overlap_chunks=1,
-    )
+    base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
+                offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
+    return _best_settings(system, model, base)
+
+
+def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
+    """Keep the table placement; choose dense parallelism, collective algorithms, gradient buckets
+    and overlap chunks by evaluating every combination in one vmapped call (fastest feasible wins,
+    first in enumeration order on ties, so the choice is deterministic)."""
+    candidates = []
+    for dense, ar, a2a, buckets, chunks in itertools.product(
+            DENSE_MODES, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
+        algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
+        candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
+                                              overlap_chunks=chunks))
+    arrays = stack([to_arrays(c, system, model) for c in candidates])
+    step, feasible = (np.asarray(x) for x in _batched(system, model, arrays))
+    step = np.where(feasible, step, np.inf)
+    best = int(np.argmin(step))
+    return candidates[best] if np.isfinite(step[best]) else base
+
+
+@jax.jit
+def _batched(system, model, arrays):
+    bd = jax.vmap(lambda p: _evaluate(system, model, p, 0.0))(arrays)
+    return bd.step_s, bd.feasible
 
 
 def default_plan(system: System, model: RankingModel) -> Plan:
