@@ -284,3 +284,35 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
         grad_buckets=jax.random.randint(ks[1], (n,), 1, 17).astype(jnp.float32),
         overlap_chunks=jax.random.randint(ks[2], (n,), 1, 5).astype(jnp.float32),
     )
+
+
+def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
+    """The discrete Plan of one-hot PlanArrays (the inverse of to_arrays); relaxed arrays are
+    rounded to their largest entries."""
+    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    st = np.argmax(np.asarray(pa.shard_type), axis=1)
+    place = np.asarray(pa.placement)
+    dom = np.argmax(np.asarray(pa.domain_placement), axis=1)
+    k = np.rint(np.asarray(pa.cw_shards)).astype(int)
+    cache = np.asarray(pa.cache_ratio)
+    tables = {}
+    for t, name in enumerate(model.tables.names):
+        j = int(st[t])
+        if j == TW:
+            ranks = [int(np.argmax(place[t]))]
+        elif j == CW:
+            ranks = sorted(int(r) for r in np.argsort(-place[t], kind="stable")[: max(k[t], 1)])
+        elif j == TWRW:
+            ranks = list(range(int(dom[t]) * L, int(dom[t]) * L + L))
+        else:
+            ranks = list(range(D))
+        tables[name] = TablePlan(SHARDING_TYPES[j], ranks, 1.0 if j == DP else round(float(cache[t]), 6))
+    algo = np.argmax(np.asarray(pa.algorithm), axis=1)
+    pick = lambda v, opts: opts[int(np.argmax(np.asarray(v)))]
+    return Plan(
+        tables=tables, dense=pick(pa.dense_mode, DENSE_MODES),
+        algorithms={kind: ALGORITHMS[int(algo[c])] for c, kind in enumerate(COLLECTIVES)},
+        a2a_precision=pick(pa.a2a_precision, PRECISIONS), grad_precision=pick(pa.grad_precision, PRECISIONS),
+        offload=bool(float(pa.offload) > 0.5), pipeline=bool(float(pa.pipeline) > 0.5),
+        grad_buckets=int(np.rint(float(pa.grad_buckets))), overlap_chunks=int(np.rint(float(pa.overlap_chunks))),
+    )

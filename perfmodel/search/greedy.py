@@ -20,14 +20,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import jax
 import numpy as np
 
 from ..config import ConfigError
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
-from ..evaluate import _evaluate
 from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, stack, to_arrays
 from ..workload import RankingModel
 
@@ -147,17 +145,10 @@ def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
-    arrays = stack([to_arrays(c, system, model) for c in candidates])
-    step, feasible = (np.asarray(x) for x in _batched(system, model, arrays))
-    step = np.where(feasible, step, np.inf)
-    best = int(np.argmin(step))
-    return candidates[best] if np.isfinite(step[best]) else base
-
-
-@jax.jit
-def _batched(system, model, arrays):
-    bd = jax.vmap(lambda p: _evaluate(system, model, p, 0.0))(arrays)
-    return bd.step_s, bd.feasible
+    from .local import INFEASIBLE, score_plans
+    scores = score_plans(system, model, stack([to_arrays(c, system, model) for c in candidates]))
+    best = int(np.argmin(scores))
+    return candidates[best] if scores[best] < INFEASIBLE else base
 
 
 def default_plan(system: System, model: RankingModel) -> Plan:

@@ -1,0 +1,175 @@
+"""The exact baseline: a MILP (HiGHS) for the table-placement subproblem of small instances.
+
+Subproblem: every table is table_wise; the settings are fixed (dense parallelism, algorithms,
+precisions, buckets and offload of the start plan, with pipelining on, one overlap chunk and the
+direct all-to-all); choose each table's device to minimize the model's hard step time under the
+per-device memory caps.
+
+The MILP is built from the model itself, not a second copy of its formulas: every per-device
+quantity the placement moves (lookup times, all-to-all bytes per level, memory) is linear in the
+placement matrix, so its coefficients are the model's Jacobian; the placement-free times are read
+off a hard evaluation of the start plan. The schedule of `evaluate` under these settings is a
+max-plus expression plus min() terms (interference): maxima become epigraph variables, each
+min(a, b) a binary choice with big-M. `exact_plan` checks the MILP's optimum against the hard
+evaluation of its solution and reports both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConfigError
+from ..cost import collectives as coll
+from ..cost.embedding import embedding_costs
+from ..evaluate import _evaluate, evaluate
+from ..hardware import System
+from ..plan import ALGORITHMS, COLLECTIVES, PRECISION_BYTES, Plan, TablePlan, to_arrays
+from ..workload import RankingModel
+
+MAX_TABLES, MAX_DEVICES = 16, 8
+US, MB = 1e6, 1e-6          # the MILP works in microseconds and megabytes (conditioning)
+
+
+def subproblem_plan(base: Plan, model: RankingModel, ranks: list[int] | None = None) -> Plan:
+    """The subproblem's fixed settings around a placement (all table_wise)."""
+    names = model.tables.names
+    ranks = ranks or [0] * len(names)
+    return dataclasses.replace(
+        base, tables={n: TablePlan("table_wise", [int(r)]) for n, r in zip(names, ranks)},
+        pipeline=True, overlap_chunks=1, algorithms=dict(base.algorithms, all_to_all="direct"))
+
+
+def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: float = 120.0) -> tuple[Plan, dict]:
+    import highspy
+
+    T, D = model.tables.count, system.num_chips
+    if T > MAX_TABLES or D > MAX_DEVICES:
+        raise ConfigError("", "method", f"exact takes at most {MAX_TABLES} tables and {MAX_DEVICES} devices "
+                          f"(this instance: {T} tables, {D} devices); use gradient")
+    base = subproblem_plan(start, model)
+    pa0 = to_arrays(base, system, model)
+    bd0 = evaluate(system, model, base)
+    ph = {k: float(np.max(v)) for k, v in bd0.phase_s.items()}
+    prec = np.asarray(PRECISION_BYTES)
+    a2a_b = float(np.asarray(pa0.a2a_precision) @ prec)
+    grad_b = float(np.asarray(pa0.grad_precision) @ prec)
+
+    # ---- linear per-device quantities as functions of the placement P [T, D]
+    def quantities(P):
+        pa = dataclasses.replace(pa0, placement=P)
+        emb = embedding_costs(system, model, pa, a2a_b, grad_b)
+        bd = _evaluate(system, model, pa, 0.0)
+        return {"ef": emb.fwd_s * US, "eb": emb.bwd_s * US, "os": emb.out_send * MB, "or": emb.out_recv * MB,
+                "is": emb.in_send * MB, "ir": emb.in_recv * MB, "mem": bd.memory_bytes * MB}
+    P0 = jnp.zeros((T, D))
+    const = {k: np.asarray(v, np.float64) for k, v in quantities(P0).items()}
+    jac = {k: np.asarray(v, np.float64) for k, v in jax.jacobian(quantities)(P0).items()}
+
+    # ---- placement-free constants from the start plan and the model's network
+    net = coll.make_net(system, pa0.offload)
+    chip = system.chip
+    zero = jnp.zeros((D, len(system.levels)))
+    a2a_probs = pa0.algorithm[COLLECTIVES.index("all_to_all")]
+    lat = float(coll.all_to_all(net, zero, zero, a2a_probs, jnp.max)) * US     # latency + setup, no bytes
+    link_names = sorted(set(net.link))
+    inv_bw = {k: 1.0 / float(net.link_bw[k]) * US / MB for k in link_names}  # us per MB
+    over = [float(o) for o in net.oversub]
+    o = float(net.offload)
+    fc = (1.0 - o) * float(chip.core_compute_fraction)
+    k1 = fc / (1.0 - fc)
+    mult = o * float(chip.dma_hbm_mult) + (1.0 - o) * float(chip.core_hbm_mult)
+    hbm_us_per_mb = 1.0 / float(chip.hbm_Bps * chip.hbm_eff) * US / MB
+    t_bf, t_tf, t_tb, t_bb = (ph[k] * US for k in ("bottom_fwd", "top_fwd", "top_bwd", "bottom_bwd"))
+    t_opt, c_sync = ph["optimizer"] * US, ph["dense_sync"] * US
+    sync_mb = float(bd0.comm_bytes["dense_sync"]) * MB
+    n_b = float(base.grad_buckets)
+    cap = float(bd0.capacity_bytes) * MB
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 1e-7)
+    h.setOptionValue("mip_feasibility_tolerance", 1e-9)
+    h.setOptionValue("random_seed", 0)
+    x = [[h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger) for d in range(D)] for t in range(T)]
+    for t in range(T):
+        h.addConstr(sum(x[t]) == 1)
+
+    def lin(name, *idx):
+        """The model's linear expression of quantity `name` at index idx, in the x variables."""
+        c = float(const[name][idx])
+        J = jac[name][idx]                   # [T, D]
+        return c + sum(float(J[t, d]) * x[t][d] for t in range(T) for d in range(D) if J[t, d] != 0.0)
+
+    var = lambda lb=0.0: h.addVariable(lb=lb, ub=1e12)
+    # big-M of the min() choices: every term is below the step time of some plan; a tight M keeps the
+    # integrality tolerance from loosening the choice (M x 1e-9 must stay far below a microsecond)
+    big = 4.0 * float(bd0.step_s) * US + 1.0
+
+    def a2a(send, recv):
+        """Epigraph of the direct all-to-all: C >= per-device, per-link time; B >= per-device bytes."""
+        C, B = var(), var()
+        K = len(system.levels)
+        for d in range(D):
+            m = []
+            for l in range(K):
+                v = var()
+                h.addConstr(v >= lin(send, d, l))
+                h.addConstr(v >= lin(recv, d, l))
+                m.append(v)
+            for k in link_names:
+                h.addConstr(C >= sum(m[l] * over[l] for l in range(K) if net.link[l] == k) * inv_bw[k] + lat)
+            h.addConstr(B >= sum(m))
+        return C, B
+
+    def vmin(a, b):
+        """v = min(a, b) for a v the objective pushes down: one binary, big-M."""
+        v, y = var(), h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger)
+        h.addConstr(v >= a - big * y)
+        h.addConstr(v >= b - big * (1 - y))
+        return v
+
+    C_in, B_in = a2a("is", "ir") if D > 1 else (0.0, 0.0)
+    C_out, B_out = a2a("os", "or") if D > 1 else (0.0, 0.0)
+    EF = var()
+    for d in range(D):
+        h.addConstr(EF >= lin("ef", d))
+    T_b = t_tb + t_bb
+    x_prev = (vmin(T_b, C_in) * k1 + vmin(B_in * mult * hbm_us_per_mb, T_b)) if D > 1 else 0.0
+    x_bb = (vmin(t_bb, C_out + c_sync) * k1 + vmin((B_out + sync_mb) * mult * hbm_us_per_mb, t_bb)) if D > 1 else 0.0
+    tf_end = t_bf + EF + C_out + t_tf
+    tb_end = tf_end + t_tb + x_prev
+    g_end = tf_end + t_tb + C_out
+    bb_end = tb_end + t_bb + x_bb
+    EBS, EB, SYNC, STEP = var(), var(), var(), var()
+    h.addConstr(EBS >= bb_end)
+    h.addConstr(EBS >= g_end)
+    for d in range(D):
+        h.addConstr(EB >= EBS + lin("eb", d))
+        h.addConstr(STEP >= t_bf + lin("ef", d) + t_tf + t_tb + t_bb + lin("eb", d) + t_opt + x_prev + x_bb)
+        h.addConstr(lin("mem", d) <= cap)
+    h.addConstr(SYNC >= tf_end + T_b / n_b + c_sync + C_out)
+    h.addConstr(SYNC >= bb_end + c_sync / n_b)
+    h.addConstr(SYNC >= g_end + c_sync / n_b)
+    h.addConstr(STEP >= EB + t_opt)
+    h.addConstr(STEP >= SYNC + t_opt)
+    h.addConstr(STEP >= C_in + 2 * C_out + c_sync)
+    h.minimize(STEP)
+    status = str(h.getModelStatus())
+    if "Optimal" not in status:
+        raise ConfigError("", "model", f"the exact placement MILP ended with status {status}: no feasible "
+                          "table-wise placement within the memory caps")
+    ranks = [int(np.argmax([h.val(x[t][d]) for d in range(D)])) for t in range(T)]
+    plan = subproblem_plan(start, model, ranks)
+    hard = float(evaluate(system, model, plan).step_s)
+    milp = float(h.val(STEP)) / US
+    val = lambda e: float(h.val(e)) if not isinstance(e, float) else e
+    terms = {"input_dist_us": val(C_in), "output_dist_us": val(C_out), "emb_fwd_max_us": val(EF),
+             "emb_bwd_end_us": val(EB), "sync_end_us": val(SYNC)}
+    return plan, {"milp_step_s": milp, "hard_step_s": hard, "status": status, "terms": terms,
+                  "mip_gap": float(h.getInfo().mip_gap), "binaries": T * D}

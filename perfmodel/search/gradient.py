@@ -1,0 +1,95 @@
+"""Gradient search over relaxed plans (optax), many restarts in one vmapped batch.
+
+Objective per restart: the relaxed step time (smooth max at a fixed relative temperature) plus a
+memory penalty  lambda x step x sum_d relu(mem_d / cap - 1),  with the softmax temperature of every
+choice annealed geometrically from tau_0 to tau_end, so the relaxed plan hardens as it converges.
+One restart starts from the greedy plan (its choices as logits), the others at random.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..evaluate import _evaluate
+from ..hardware import System
+from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
+from ..workload import RankingModel
+from .relax import Masks, SoftParams, init_params, soft_arrays
+
+SMOOTH = 0.02            # relative temperature of the smooth max in the relaxed schedule
+PENALTY = 10.0
+
+
+def warm_start(plan: Plan, system: System, model: RankingModel, strength: float = 3.0) -> SoftParams:
+    """Logits that make `plan` the argmax of every choice."""
+    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    H = D // L
+    types = np.zeros((T, 5), np.float32)
+    place = np.zeros((T, D), np.float32)
+    dom = np.zeros((T, H), np.float32)
+    for t, name in enumerate(model.tables.names):
+        tp = plan.tables[name]
+        types[t, SHARDING_TYPES.index(tp.sharding_type)] = strength
+        if tp.sharding_type in ("table_wise", "column_wise"):
+            place[t, tp.ranks] = strength
+        if tp.sharding_type == "table_row_wise":
+            dom[t, tp.ranks[0] // L] = strength
+    algo = np.zeros((4, 4), np.float32)
+    for c, kind in enumerate(COLLECTIVES):
+        algo[c, ALGORITHMS.index(plan.algorithms[kind])] = strength
+    onehot = lambda v, opts: jnp.asarray(np.eye(len(opts), dtype=np.float32)[opts.index(v)] * strength)
+    return SoftParams(
+        type_logits=jnp.asarray(types), place_logits=jnp.asarray(place), domain_logits=jnp.asarray(dom),
+        cw_logit=jnp.zeros(T), dense_logits=onehot(plan.dense, DENSE_MODES), algo_logits=jnp.asarray(algo),
+        a2a_logits=onehot(plan.a2a_precision, PRECISIONS), grad_logits=onehot(plan.grad_precision, PRECISIONS),
+        offload_logit=jnp.asarray(strength if plan.offload else -strength),
+        pipeline_logit=jnp.asarray(strength if plan.pipeline else -strength),
+        log_buckets=jnp.log(jnp.asarray(float(plan.grad_buckets))),
+        log_chunks=jnp.log(jnp.asarray(float(plan.overlap_chunks))),
+    )
+
+
+def relaxed_loss(params: SoftParams, system: System, model: RankingModel, masks: Masks, tau):
+    pa = soft_arrays(params, masks, tau)
+    bd = _evaluate(system, model, pa, SMOOTH)
+    over = jnp.sum(jax.nn.relu(bd.memory_bytes / bd.capacity_bytes - 1.0))
+    return bd.step_s * (1.0 + PENALTY * over)
+
+
+_OPT = optax.adam(0.05)
+
+
+@jax.jit
+def _step(params, state, system, model, masks, tau):
+    """One Adam step of every restart at once (module level: compiled once per problem shape)."""
+    val, grads = jax.vmap(jax.value_and_grad(relaxed_loss), in_axes=(0, None, None, None, None))(
+        params, system, model, masks, tau)
+    grads = jax.tree_util.tree_map(jnp.nan_to_num, grads)
+    updates, state = jax.vmap(_OPT.update)(grads, state, params)
+    return optax.apply_updates(params, updates), state, val
+
+
+def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
+                    steps: int, warm: Plan | None, deadline: float,
+                    tau0: float = 1.0, tau_end: float = 0.005) -> tuple[SoftParams, np.ndarray, int]:
+    """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
+    the final relaxed losses, and the number of steps taken."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), restarts)
+    params = jax.vmap(lambda k: init_params(k, system, model))(keys)
+    if warm is not None:
+        w = warm_start(warm, system, model)
+        params = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), params, w)
+    state = jax.vmap(_OPT.init)(params)
+    v, taken = None, 0
+    for i in range(steps):
+        tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
+        params, state, v = _step(params, state, system, model, masks, jnp.float32(tau))
+        taken = i + 1
+        if time.time() > deadline:
+            break
+    return params, np.asarray(v), taken

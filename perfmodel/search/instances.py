@@ -1,0 +1,38 @@
+"""Seeded benchmark instances for the search: small ones (solved exactly) and the named suite."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hardware import System, load_system
+from ..workload import RankingModel, parse_model
+
+SMALL_TABLES, SMALL_DEVICES = 12, 4
+
+
+def small_instance(seed: int) -> tuple[System, RankingModel]:
+    """A small instance: 12 synthetic tables (seeded) on 4 chips (MTIA 300 for even seeds, H100
+    for odd ones), a small DLRM dense part, a global batch of 16,384. All instances share shapes,
+    so a search compiles once per system family."""
+    rng = np.random.default_rng(seed)
+    data = {
+        "name": "small-instance",
+        "global_batch": 16384,
+        "dense_dtype": "bf16", "param_bytes": 4, "activation_bytes": 2, "dense_optimizer": "adagrad",
+        "embeddings": {
+            "bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+            "synthetic": {"seed": int(seed), "num_tables": SMALL_TABLES,
+                          "total_params": float(rng.uniform(2e8, 2e9)), "dims": [32, 64, 128],
+                          "dim_weights": [0.3, 0.4, 0.3], "mean_pooling": float(rng.uniform(5, 40))},
+        },
+        "dense": {"layers": [
+            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [256, 64]},
+            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": 1024, "widths": [512, 256, 1]},
+        ]},
+    }
+    system = load_system(f"{'mtia300' if seed % 2 == 0 else 'h100'}-{SMALL_DEVICES}")
+    return system, parse_model(data, f"small instance {seed}")
+
+
+SUITE = (("dlrm-dcnv2-mlperf", "mtia300-64"), ("dlrm-dcnv2-mlperf", "h100-64"), ("prod-856", "mtia300-256"),
+         ("prod-856", "h100-256"), ("rec-150b", "mtia300-1024"))

@@ -1,0 +1,307 @@
+"""Vectorized local search over discrete plans: repair to memory feasibility, then refinement.
+
+Each round builds a batch of single moves of the current plan as PlanArrays (move a table to
+another device as table_wise, change its sharding type, split it column-wise, swap two tables,
+keep part of it in host DRAM; change the dense parallelism, an algorithm, the bucket or chunk
+count, pipelining, offload, precision), evaluates them all in one vmapped call, and takes the best;
+improving moves on disjoint tables and devices are then tried together. Scores are lexicographic:
+any feasible plan beats any infeasible one; among infeasible ones, less memory over capacity wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..evaluate import _evaluate
+from ..hardware import System
+from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISIONS, RW, SHARDING_TYPES,
+                    TW, TWRW, Plan, PlanArrays, TablePlan, to_arrays)
+from ..workload import RankingModel
+from .relax import Masks, cw_options
+
+INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
+
+
+def score_of(bd) -> jax.Array:
+    over = jnp.sum(jnp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0)) / bd.capacity_bytes
+    return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
+
+
+@jax.jit
+def _score_batch(system, model, batch):
+    return jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(batch)
+
+
+def batch_size(system: System, model: RankingModel) -> int:
+    """Plans per scoring call: about 256 MB of placement arrays, a power of two in [16, 1024]."""
+    n = 64e6 / max(model.tables.count * system.num_chips, 1)
+    return int(np.clip(2 ** int(np.floor(np.log2(max(n, 1)))), 16, 1024))
+
+
+def score_plans(system: System, model: RankingModel, batch: PlanArrays) -> np.ndarray:
+    """Hard scores of a batch of plans, in chunks padded to one fixed size (one compile per problem)."""
+    size = batch_size(system, model)
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    out = []
+    for s in range(0, n, size):
+        chunk = jax.tree_util.tree_map(lambda x: x[s:s + size], batch)
+        m = min(size, n - s)
+        if m < size:
+            chunk = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], size - m, axis=0)]), chunk)
+        out.append(np.asarray(_score_batch(system, model, chunk))[:m])
+    return np.concatenate(out)
+
+
+@jax.jit
+def _details(system, model, pa):
+    bd = _evaluate(system, model, pa, 0.0)
+    return score_of(bd), bd.compute_s, bd.memory_bytes, bd.capacity_bytes
+
+
+@jax.jit
+def _apply_table_moves(pa: PlanArrays, t, st, dev, dev2, k, dom, cache):
+    """Batch of plans, each with table t[i] set to type st[i] on device dev[i] (column-wise: dev and
+    dev2, half each when k = 2), domain dom[i], cache ratio cache[i]."""
+    def one(t, st, dev, dev2, k, dom, cache):
+        D = pa.placement.shape[1]
+        cw = (st == CW).astype(jnp.float32)
+        row = jax.nn.one_hot(dev, D) * (1.0 - cw * 0.5) + jax.nn.one_hot(dev2, D) * cw * 0.5
+        return dataclasses.replace(
+            pa,
+            shard_type=pa.shard_type.at[t].set(jax.nn.one_hot(st, 5)),
+            placement=pa.placement.at[t].set(row),
+            domain_placement=pa.domain_placement.at[t].set(jax.nn.one_hot(dom, pa.domain_placement.shape[1])),
+            cw_shards=pa.cw_shards.at[t].set(1.0 + cw * (k - 1.0)),
+            cache_ratio=pa.cache_ratio.at[t].set(cache),
+        )
+    return jax.vmap(one)(t, st, dev, dev2, k, dom, cache)
+
+
+@jax.jit
+def _apply_swaps(pa: PlanArrays, t1, t2):
+    def one(a, b):
+        P = pa.placement
+        return dataclasses.replace(pa, placement=P.at[a].set(P[b]).at[b].set(P[a]))
+    return jax.vmap(one)(t1, t2)
+
+
+class LocalSearch:
+    """Holds the current discrete plan both as a Plan and as one-hot PlanArrays."""
+
+    def __init__(self, system: System, model: RankingModel, masks: Masks, max_batch: int | None = None,
+                 freeze_settings: bool = False):
+        self.system, self.model, self.masks = system, model, masks
+        self.freeze_settings = freeze_settings
+        T, D = model.tables.count, system.num_chips
+        self.T, self.D, self.L = T, D, system.domain_size
+        self.H = D // self.L
+        self.max_batch = max_batch or batch_size(system, model)
+        self.dims = np.asarray(model.tables.dim).astype(int)
+        self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, pa) -> float:
+        return float(_details(self.system, self.model, pa)[0])
+
+    def scores(self, batch) -> np.ndarray:
+        return score_plans(self.system, self.model, batch)
+
+    # ------------------------------------------------------------------ candidates
+    def _table_candidates(self, plan: Plan, compute, memory, cap, exhaustive: bool):
+        names = self.model.tables.names
+        T, D, H, L = self.T, self.D, self.H, self.L
+        infeasible = bool((memory > cap).any())
+        cur_type = np.asarray([SHARDING_TYPES.index(plan.tables[n].sharding_type) for n in names])
+        ranks = [plan.tables[n].ranks for n in names]
+        order = np.argsort(compute)
+        light = order[: max(1, min(D, 8))]
+        heavy = order[::-1][: max(1, min(D, 4))]
+        if infeasible:
+            heavy = np.argsort(memory - cap)[::-1][: max(1, min(D, 4))]
+            light = np.argsort(memory)[: max(1, min(D, 8))]
+        free_mem = np.argsort(memory)[: max(1, min(D, 8))]
+        if exhaustive:
+            src_tables = np.arange(T)
+            dests = np.arange(D)
+        else:
+            on_heavy = [t for t in range(T) if cur_type[t] in (TW, CW) and set(ranks[t]) & set(heavy.tolist())]
+            # also the heaviest tables overall (by size of their rows x pooling) that are not table-wise
+            others = [t for t in range(T) if cur_type[t] not in (TW, CW)]
+            src_tables = np.asarray(sorted(set(on_heavy) | set(others[:64])), dtype=int)
+            if src_tables.size > 256:
+                src_tables = src_tables[:256]
+            dests = np.unique(np.concatenate([light, free_mem]))
+        c = {"t": [], "st": [], "dev": [], "dev2": [], "k": [], "dom": [], "cache": []}
+        def add(t, st, dev=0, dev2=0, k=1, dom=0, cache=1.0):
+            c["t"].append(t); c["st"].append(st); c["dev"].append(dev); c["dev2"].append(dev2)
+            c["k"].append(k); c["dom"].append(dom); c["cache"].append(cache)
+        ok = lambda t, st: self.masks.types[t, st] > -1
+        for t in src_tables:
+            cache = plan.tables[names[t]].cache_ratio
+            if ok(t, TW):
+                for d in dests:
+                    if not (cur_type[t] == TW and ranks[t][0] == d):
+                        add(t, TW, d, cache=cache)
+            if ok(t, CW) and D > 1 and 2 in cw_options(int(self.dims[t]), D):
+                for d in dests[: 4]:
+                    d2 = int(light[0] if light[0] != d else light[-1])
+                    if d2 != d:
+                        add(t, CW, int(d), d2, 2, cache=cache)
+            if ok(t, RW) and cur_type[t] != RW:
+                add(t, RW, cache=cache)
+            if ok(t, DP) and cur_type[t] != DP:
+                add(t, DP)
+            if ok(t, TWRW) and H > 1:
+                dom_load = memory.reshape(H, L).sum(1)
+                for h in np.argsort(dom_load)[: min(H, 4)]:
+                    add(t, TWRW, dom=int(h), cache=cache)
+            if infeasible and cur_type[t] in (TW, CW, RW, TWRW):
+                for ratio in (0.5, 0.2, 0.05):
+                    if ratio < cache:
+                        d = ranks[t][0]
+                        d2 = ranks[t][1] if len(ranks[t]) > 1 else d
+                        add(t, int(cur_type[t]), d, d2, len(ranks[t]) if cur_type[t] == CW else 1,
+                            ranks[t][0] // L, ratio)
+        return {k: np.asarray(v) for k, v in c.items()}
+
+    def _swap_candidates(self, plan: Plan, compute, exhaustive: bool):
+        names = self.model.tables.names
+        tw = [t for t, n in enumerate(names) if plan.tables[n].sharding_type == "table_wise"]
+        if len(tw) < 2:
+            return np.zeros(0, int), np.zeros(0, int)
+        dev = {t: plan.tables[names[t]].ranks[0] for t in tw}
+        heavy = set(np.argsort(compute)[::-1][: max(1, min(self.D, 2))].tolist())
+        src = [t for t in tw if exhaustive or dev[t] in heavy]
+        pairs = [(a, b) for a in src for b in tw if dev[a] != dev[b] and (a < b or not exhaustive)]
+        if len(pairs) > 4096:
+            rng = np.random.default_rng(len(pairs))
+            pairs = [pairs[i] for i in rng.choice(len(pairs), 4096, replace=False)]
+        if not pairs:
+            return np.zeros(0, int), np.zeros(0, int)
+        a, b = zip(*pairs)
+        return np.asarray(a), np.asarray(b)
+
+    def _setting_candidates(self, plan: Plan) -> list[Plan]:
+        out = []
+        if self.freeze_settings:
+            return out
+        masks = self.masks
+        for m, mode in enumerate(DENSE_MODES):
+            if mode != plan.dense and masks.dense[m] > -1:
+                out.append(dataclasses.replace(plan, dense=mode))
+        for c, kind in enumerate(COLLECTIVES):
+            for a in ALLOWED_ALGORITHMS[kind]:
+                if a != plan.algorithms.get(kind):
+                    out.append(dataclasses.replace(plan, algorithms=dict(plan.algorithms, **{kind: a})))
+        for field, mask in (("a2a_precision", masks.a2a), ("grad_precision", masks.grad)):
+            for i, p in enumerate(PRECISIONS):
+                if mask[i] > -1 and p != getattr(plan, field):
+                    out.append(dataclasses.replace(plan, **{field: p}))
+        for b in (1, 2, 4, 8, 16, 32):
+            if b != plan.grad_buckets:
+                out.append(dataclasses.replace(plan, grad_buckets=b))
+        for c in (1, 2, 4, 8):
+            if c != plan.overlap_chunks:
+                out.append(dataclasses.replace(plan, overlap_chunks=c))
+        out.append(dataclasses.replace(plan, pipeline=not plan.pipeline))
+        if masks.has_engines:
+            out.append(dataclasses.replace(plan, offload=not plan.offload))
+        return out
+
+    # ------------------------------------------------------------------ applying moves to Plans
+    def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
+        names = self.model.tables.names
+        t, st = int(c["t"][i]), int(c["st"][i])
+        D, L = self.D, self.L
+        if st == TW:
+            ranks = [int(c["dev"][i])]
+        elif st == CW:
+            ranks = sorted({int(c["dev"][i]), int(c["dev2"][i])})
+        elif st == TWRW:
+            h = int(c["dom"][i])
+            ranks = list(range(h * L, h * L + L))
+        else:
+            ranks = list(range(D))
+        tables = dict(plan.tables)
+        tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, float(c["cache"][i]))
+        return dataclasses.replace(plan, tables=tables)
+
+    def _swapped_plan(self, plan: Plan, a: int, b: int) -> Plan:
+        names = self.model.tables.names
+        tables = dict(plan.tables)
+        ta, tb = tables[names[a]], tables[names[b]]
+        tables[names[a]] = dataclasses.replace(ta, ranks=list(tb.ranks))
+        tables[names[b]] = dataclasses.replace(tb, ranks=list(ta.ranks))
+        return dataclasses.replace(plan, tables=tables)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None) -> tuple[Plan, float]:
+        """Improve `plan` until no single move helps, max_rounds, or the wall-clock deadline."""
+        if exhaustive is None:
+            exhaustive = self.T * self.D <= 4096
+        pa = to_arrays(plan, self.system, self.model)
+        cur, compute, memory, cap = (np.asarray(x) for x in _details(self.system, self.model, pa))
+        cur = float(cur)
+        for _ in range(max_rounds):
+            if time.time() > deadline:
+                break
+            best_plan, best = None, cur
+            # table moves
+            c = self._table_candidates(plan, compute, memory, float(cap), exhaustive)
+            n = len(c["t"])
+            improving = []
+            for s in range(0, n, self.max_batch):
+                sl = slice(s, s + self.max_batch)
+                batch = _apply_table_moves(pa, *(jnp.asarray(c[k][sl]) for k in ("t", "st", "dev", "dev2", "k", "dom")),
+                                           jnp.asarray(c["cache"][sl], jnp.float32))
+                sc = self.scores(batch)
+                for j in np.flatnonzero(sc < cur * (1 - 1e-9)):
+                    improving.append((float(sc[j]), s + int(j)))
+                if time.time() > deadline:
+                    break
+            improving.sort()
+            if improving and improving[0][0] < best:
+                best, best_plan = improving[0][0], self._moved_plan(plan, c, improving[0][1])
+            # swaps
+            a, b = self._swap_candidates(plan, compute, exhaustive)
+            for s in range(0, len(a), self.max_batch):
+                sc = self.scores(_apply_swaps(pa, jnp.asarray(a[s:s + self.max_batch]), jnp.asarray(b[s:s + self.max_batch])))
+                j = int(np.argmin(sc))
+                if sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))
+            # settings
+            settings = self._setting_candidates(plan)
+            if settings:
+                batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[to_arrays(p, self.system, self.model) for p in settings])
+                sc = self.scores(batch)
+                j = int(np.argmin(sc))
+                if sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), settings[j]
+            # several improving table moves on disjoint tables and devices at once
+            if len(improving) > 1:
+                combo, used_t, used_d = plan, set(), set()
+                for _, i in improving[:64]:
+                    t = int(c["t"][i])
+                    devs = {int(c["dev"][i]), int(c["dev2"][i])}
+                    old = set(plan.tables[self.model.tables.names[t]].ranks) if c["st"][i] in (TW, CW) else set()
+                    if t in used_t or (devs | old) & used_d:
+                        continue
+                    combo = self._moved_plan(combo, c, i)
+                    used_t.add(t)
+                    used_d |= devs | old
+                if len(used_t) > 1:
+                    sc = self.score(to_arrays(combo, self.system, self.model))
+                    if sc < best * (1 - 1e-9):
+                        best, best_plan = sc, combo
+            if best_plan is None:
+                break
+            plan = best_plan
+            pa = to_arrays(plan, self.system, self.model)
+            cur_arr, compute, memory, cap = (np.asarray(x) for x in _details(self.system, self.model, pa))
+            cur = float(cur_arr)
+        return plan, cur
