@@ -81,10 +81,18 @@ def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, te
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)
-    return _evaluate(system, model, plan, temperature)
+    return _evaluate_jit(system, model, plan, float(temperature))
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+    return _step_model(system, model, pa, tau)
+
+
+# compiled once per problem shape (System, model and plan structures), reused by every call
+_evaluate_jit = jax.jit(_evaluate, static_argnums=3)
+
+
+def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
     chip = system.chip
     D, L = system.num_chips, system.domain_size
     K = len(system.levels)

@@ -21,7 +21,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, to_arrays
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
@@ -67,16 +67,33 @@ def _check(method: str, budget_s, restarts: int, precisions) -> None:
 def search(system: System, model: RankingModel, method: str = "gradient", *, seed: int = 0,
            budget_s: float | None = 60.0, restarts: int = 8, steps: int = 150,
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
-           freeze_settings: bool = False, start: Plan | None = None, progress: bool = False) -> SearchResult:
+           freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
+           progress: bool = False) -> SearchResult:
     """The fastest memory-feasible plan `method` finds within `budget_s` seconds of wall time.
 
     precisions: the all-to-all and gradient precisions the plan may use (lower precision changes
     the numerics: fp32 only unless you allow more). sharding_types: the ones tables may use.
     freeze_settings: keep the start plan's dense parallelism, algorithms, precisions, buckets, chunks,
     pipelining and offload; search the tables only. start: a plan to refine (default: greedy).
+    co_design: a hardware knob ('nic_split', 'scale_out_bw') searched with the plan (alternating the
+    plan search and a vectorized scan of the knob); the result's `system` carries the chosen value and
+    notes['co_design'] says what it bought.
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
     _check(method, budget_s, restarts, precisions)
+    if co_design is not None:
+        from .codesign import co_design as run_co_design, knob_spec
+        knob_spec(co_design, system)
+        t0 = time.time()
+        per = None if budget_s is None else budget_s / 4.0
+        kw = dict(method=method, seed=seed, budget_s=per, restarts=restarts, steps=steps, precisions=precisions,
+                  sharding_types=sharding_types, freeze_settings=freeze_settings, start=None, progress=progress)
+        info = run_co_design(co_design, system, model, lambda sv: search(sv, model, **kw).plan, rounds=3)
+        plan, sys_v = info.pop("plan"), info.pop("system")
+        bd = evaluate(sys_v, model, plan)
+        return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
+                            samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible), wall_s=time.time() - t0,
+                            seed=seed, converged=False, notes={"co_design": info}, system=sys_v)
     t0 = time.time()
     deadline = t0 + (budget_s if budget_s is not None else 1e9)
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
@@ -93,25 +110,8 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
     if method == "greedy":
         plan = greedy
     elif method == "gradient":
-        from .gradient import gradient_search
-        params, losses, taken = gradient_search(system, model, masks, seed=seed, restarts=restarts, steps=steps,
-                                                warm=greedy, deadline=t0 + 0.5 * (deadline - t0))
-        notes["gradient_steps"] = taken
-        converged &= taken == steps
-        candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
-                      for r in range(restarts)] + [greedy]
-        scores = [ls.score(to_arrays(p, system, model)) for p in candidates]
-        order = np.argsort(scores, kind="stable")
-        notes["rounded_scores_s"] = [float(s) for s in scores]
-        best_plan, best = None, np.inf
-        finalists = [int(i) for i in order[:3]]
-        for rank, i in enumerate(finalists):
-            share = t0 + (deadline - t0) * (0.5 + 0.5 * (rank + 1) / len(finalists))
-            p, s = ls.run(candidates[i], deadline=min(share, deadline))
-            converged &= time.time() < deadline
-            if s < best:
-                best_plan, best = p, s
-        plan = best_plan
+        plan, notes, converged = _gradient(system, model, masks, ls, greedy, seed=seed, restarts=restarts,
+                                           steps=steps, t0=t0, deadline=deadline, settings_of=settings_of)
     elif method in ("random", "evolutionary"):
         from .baselines import evolutionary_search, random_search
         if method == "random":
@@ -130,6 +130,39 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
                         samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible),
                         wall_s=time.time() - t0, seed=seed, converged=converged, evaluations=evaluations,
                         notes=notes, system=system)
+
+
+def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
+    """Refine the greedy plan with half the budget; then, if the time left covers compiling the
+    relaxed step (estimated as 8x the hard evaluation's compile, or free when already compiled),
+    run the gradient restarts, round them and refine the best roundings. Best plan wins."""
+    from . import gradient as gs
+
+    t = time.time()
+    ls.score(to_arrays(greedy, system, model))
+    eval_compile = time.time() - t
+    best_plan, best = ls.run(greedy, deadline=t0 + 0.5 * (deadline - t0))
+    notes = {"refined_greedy_s": best, "gradient_steps": 0}
+    params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
+    cached = gs.is_compiled(params, state, system, model, masks)
+    if not cached and deadline - time.time() < 8.0 * eval_compile + 2.0:
+        notes["gradient_skipped"] = "budget below the estimated compile time of the relaxed step"
+        return best_plan, notes, False
+    params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
+    notes["gradient_steps"] = taken
+    converged = taken == steps
+    candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
+                  for r in range(restarts)]
+    scores = ls.scores(stack([to_arrays(p, system, model) for p in candidates]))
+    notes["rounded_scores_s"] = [float(s) for s in scores]
+    finalists = [int(i) for i in np.argsort(scores, kind="stable")[:2]]
+    for rank, i in enumerate(finalists):
+        until = time.time() + (deadline - time.time()) / (len(finalists) - rank)
+        p, s = ls.run(candidates[i], deadline=min(until, deadline))
+        if s < best:
+            best_plan, best = p, s
+    converged &= time.time() < deadline
+    return best_plan, notes, converged
 
 
 def compare(system: System, model: RankingModel, methods=("gradient", "greedy", "random", "evolutionary"), *,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import CW, PlanArrays
 from ..workload import RankingModel
-from .local import score_of
+from .local import batch_size, score_of, score_plans
 from .relax import Masks
 
 
@@ -41,22 +42,21 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
         cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)),
         dense_mode=g(ks[4], (n, 3), jnp.asarray(masks.dense)), algorithm=g(ks[5], (n, 4, 4), jnp.asarray(masks.algos)),
         a2a_precision=g(ks[6], (n, 3), jnp.asarray(masks.a2a)), grad_precision=g(ks[7], (n, 3), jnp.asarray(masks.grad)),
-        offload=(jax.random.bernoulli(ks[8], 0.5, (n,)) & masks.has_engines).astype(jnp.float32),
+        offload=jax.random.bernoulli(ks[8], 0.5, (n,)).astype(jnp.float32) * masks.engines,
         pipeline=jax.random.bernoulli(ks[9], 0.5, (n,)).astype(jnp.float32),
         grad_buckets=2.0 ** jax.random.randint(ks[10], (n,), 0, 6).astype(jnp.float32),
         overlap_chunks=2.0 ** jax.random.randint(ks[11], (n,), 0, 4).astype(jnp.float32),
     )
 
 
-def _batch_size(system: System, model: RankingModel) -> int:
-    return int(np.clip(2 ** int(np.log2(max(32e6 // (model.tables.count * system.num_chips), 1))), 16, 1024))
+_sample = jax.jit(sample_plans, static_argnums=4)
 
 
 def random_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float):
     """Returns (best one-hot PlanArrays, its score, plans evaluated)."""
-    n = _batch_size(system, model)
-    sample = jax.jit(lambda k: sample_plans(k, system, model, masks, n))
-    score = jax.jit(lambda b: jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(b))
+    n = batch_size(system, model)
+    sample = lambda k: _sample(k, system, model, masks, n)
+    score = lambda b: score_plans(system, model, b)
     key = jax.random.PRNGKey(seed)
     best, best_pa, count = np.inf, None, 0
     while True:
@@ -72,58 +72,58 @@ def random_search(system: System, model: RankingModel, masks: Masks, *, seed: in
     return best_pa, best, count
 
 
+@partial(jax.jit, static_argnums=6)
+def _generation(key, pop, fit, system, model, masks, n, pm):
+    T = model.tables.count
+    k1, k2, k3, k4, k5 = jax.random.split(key, 5)
+    def tournament(k):
+        i = jax.random.randint(k, (n, 2), 0, n)
+        return jnp.where(fit[i[:, 0]] <= fit[i[:, 1]], i[:, 0], i[:, 1])
+    a, b = tournament(k1), tournament(k2)
+    rows = jax.random.bernoulli(k3, 0.5, (n, T))
+    setting = jax.random.bernoulli(k4, 0.5, (n,))
+    def mix(x, name):
+        xa, xb = x[a], x[b]
+        if name in ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio"):
+            m = rows.reshape(rows.shape + (1,) * (x.ndim - 2))
+        else:
+            m = setting.reshape((n,) + (1,) * (x.ndim - 1))
+        return jnp.where(m, xa, xb)
+    child = PlanArrays(**{f.name: mix(getattr(pop, f.name), f.name) for f in dataclasses.fields(PlanArrays)})
+    fresh = sample_plans(k5, system, model, masks, n)
+    mut = jax.random.bernoulli(jax.random.fold_in(k5, 1), pm, (n, T))
+    mrow = lambda x: mut.reshape(mut.shape + (1,) * (x.ndim - 2))
+    child = dataclasses.replace(
+        child,
+        shard_type=jnp.where(mrow(child.shard_type), fresh.shard_type, child.shard_type),
+        placement=jnp.where(mrow(child.placement), fresh.placement, child.placement),
+        domain_placement=jnp.where(mrow(child.domain_placement), fresh.domain_placement, child.domain_placement),
+        cw_shards=jnp.where(mut, fresh.cw_shards, child.cw_shards),
+    )
+    cfit = jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(child)
+    # elitism: keep the best n of parents and children
+    allfit = jnp.concatenate([fit, cfit])
+    keep = jnp.argsort(allfit)[:n]
+    both = jax.tree_util.tree_map(lambda x, y: jnp.concatenate([x, y])[keep], pop, child)
+    return both, allfit[keep]
+
+
 def evolutionary_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float,
                         seeds: list[PlanArrays] = (), mutation: float | None = None):
     """Genetic algorithm; `seeds` (e.g. the greedy plan) join the first population."""
-    n = _batch_size(system, model)
+    n = batch_size(system, model)
     T = model.tables.count
-    pm = mutation if mutation is not None else min(0.5, 2.0 / T)
-    score = jax.jit(lambda b: jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(b))
-
-    @jax.jit
-    def generation(key, pop, fit):
-        k1, k2, k3, k4, k5 = jax.random.split(key, 5)
-        def tournament(k):
-            i = jax.random.randint(k, (n, 2), 0, n)
-            return jnp.where(fit[i[:, 0]] <= fit[i[:, 1]], i[:, 0], i[:, 1])
-        a, b = tournament(k1), tournament(k2)
-        rows = jax.random.bernoulli(k3, 0.5, (n, T))
-        setting = jax.random.bernoulli(k4, 0.5, (n,))
-        def mix(x, name):
-            xa, xb = x[a], x[b]
-            if name in ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio"):
-                m = rows.reshape(rows.shape + (1,) * (x.ndim - 2))
-            else:
-                m = setting.reshape((n,) + (1,) * (x.ndim - 1))
-            return jnp.where(m, xa, xb)
-        child = PlanArrays(**{f.name: mix(getattr(pop, f.name), f.name) for f in dataclasses.fields(PlanArrays)})
-        fresh = sample_plans(k5, system, model, masks, n)
-        mut = jax.random.bernoulli(jax.random.fold_in(k5, 1), pm, (n, T))
-        mrow = lambda x: mut.reshape(mut.shape + (1,) * (x.ndim - 2))
-        child = dataclasses.replace(
-            child,
-            shard_type=jnp.where(mrow(child.shard_type), fresh.shard_type, child.shard_type),
-            placement=jnp.where(mrow(child.placement), fresh.placement, child.placement),
-            domain_placement=jnp.where(mrow(child.domain_placement), fresh.domain_placement, child.domain_placement),
-            cw_shards=jnp.where(mut, fresh.cw_shards, child.cw_shards),
-        )
-        cfit = jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(child)
-        # elitism: keep the best n of parents and children
-        allfit = jnp.concatenate([fit, cfit])
-        keep = jnp.argsort(allfit)[:n]
-        both = jax.tree_util.tree_map(lambda x, y: jnp.concatenate([x, y])[keep], pop, child)
-        return both, allfit[keep]
-
+    pm = jnp.float32(mutation if mutation is not None else min(0.5, 2.0 / T))
     key = jax.random.PRNGKey(seed)
     key, sub = jax.random.split(key)
-    pop = sample_plans(sub, system, model, masks, n)
+    pop = _sample(sub, system, model, masks, n)
     for i, s in enumerate(seeds[:n]):
         pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
-    fit = score(pop)
+    fit = jnp.asarray(score_plans(system, model, pop))
     gens = 0
     while time.time() < deadline:
         key, sub = jax.random.split(key)
-        pop, fit = generation(sub, pop, fit)
+        pop, fit = _generation(sub, pop, fit, system, model, masks, n, pm)
         gens += 1
     j = int(np.argmin(np.asarray(fit)))
     return jax.tree_util.tree_map(lambda x: x[j], pop), float(fit[j]), (gens + 1) * n

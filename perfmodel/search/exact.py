@@ -44,6 +44,22 @@ def subproblem_plan(base: Plan, model: RankingModel, ranks: list[int] | None = N
         pipeline=True, overlap_chunks=1, algorithms=dict(base.algorithms, all_to_all="direct"))
 
 
+def _quantities(P, system, model, pa0, a2a_b, grad_b):
+    pa = dataclasses.replace(pa0, placement=P)
+    emb = embedding_costs(system, model, pa, a2a_b, grad_b)
+    bd = _evaluate(system, model, pa, 0.0)
+    return {"ef": emb.fwd_s * US, "eb": emb.bwd_s * US, "os": emb.out_send * MB, "or": emb.out_recv * MB,
+            "is": emb.in_send * MB, "ir": emb.in_recv * MB, "mem": bd.memory_bytes * MB}
+
+
+@jax.jit
+def _linear_parts(system, model, pa0, a2a_b, grad_b):
+    """Value at P = 0 and Jacobian w.r.t. P of every placement-linear quantity (exact: linear)."""
+    P0 = jnp.zeros_like(pa0.placement)
+    args = (system, model, pa0, a2a_b, grad_b)
+    return _quantities(P0, *args), jax.jacobian(_quantities)(P0, *args)
+
+
 def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: float = 120.0) -> tuple[Plan, dict]:
     import highspy
 
@@ -60,15 +76,8 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     grad_b = float(np.asarray(pa0.grad_precision) @ prec)
 
     # ---- linear per-device quantities as functions of the placement P [T, D]
-    def quantities(P):
-        pa = dataclasses.replace(pa0, placement=P)
-        emb = embedding_costs(system, model, pa, a2a_b, grad_b)
-        bd = _evaluate(system, model, pa, 0.0)
-        return {"ef": emb.fwd_s * US, "eb": emb.bwd_s * US, "os": emb.out_send * MB, "or": emb.out_recv * MB,
-                "is": emb.in_send * MB, "ir": emb.in_recv * MB, "mem": bd.memory_bytes * MB}
-    P0 = jnp.zeros((T, D))
-    const = {k: np.asarray(v, np.float64) for k, v in quantities(P0).items()}
-    jac = {k: np.asarray(v, np.float64) for k, v in jax.jacobian(quantities)(P0).items()}
+    const, jac = (jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), x)
+                  for x in _linear_parts(system, model, pa0, jnp.float32(a2a_b), jnp.float32(grad_b)))
 
     # ---- placement-free constants from the start plan and the model's network
     net = coll.make_net(system, pa0.offload)

@@ -74,22 +74,46 @@ def _step(params, state, system, model, masks, tau):
     return optax.apply_updates(params, updates), state, val
 
 
-def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
-                    steps: int, warm: Plan | None, deadline: float,
-                    tau0: float = 1.0, tau_end: float = 0.005) -> tuple[SoftParams, np.ndarray, int]:
-    """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
-    the final relaxed losses, and the number of steps taken."""
+def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, warm: Plan | None):
+    """Initial parameters (restart 0 warm-started from `warm`) and optimizer state."""
     keys = jax.random.split(jax.random.PRNGKey(seed), restarts)
     params = jax.vmap(lambda k: init_params(k, system, model))(keys)
     if warm is not None:
         w = warm_start(warm, system, model)
         params = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), params, w)
-    state = jax.vmap(_OPT.init)(params)
+    return params, jax.vmap(_OPT.init)(params)
+
+
+def is_compiled(params, state, system: System, model: RankingModel, masks: Masks) -> bool:
+    """Whether the step for this problem shape is in the in-process compile cache already."""
+    return _cache_key(params, system, model) in _SEEN
+
+
+_SEEN: set = set()
+
+
+def _cache_key(params, system, model):
+    return (jax.tree_util.tree_structure((params, system, model)),
+            tuple(x.shape for x in jax.tree_util.tree_leaves((params, system, model))))
+
+
+def run(step, params, state, system: System, model: RankingModel, masks: Masks, *, steps: int, deadline: float,
+        tau0: float = 1.0, tau_end: float = 0.005):
+    """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline)."""
     v, taken = None, 0
+    _SEEN.add(_cache_key(params, system, model))
     for i in range(steps):
         tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
-        params, state, v = _step(params, state, system, model, masks, jnp.float32(tau))
+        params, state, v = step(params, state, system, model, masks, jnp.float32(tau))
         taken = i + 1
         if time.time() > deadline:
             break
     return params, np.asarray(v), taken
+
+
+def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
+                    steps: int, warm: Plan | None, deadline: float) -> tuple[SoftParams, np.ndarray, int]:
+    """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
+    the final relaxed losses, and the number of steps taken."""
+    params, state = prepare(system, model, seed=seed, restarts=restarts, warm=warm)
+    return run(_step, params, state, system, model, masks, steps=steps, deadline=deadline)

@@ -90,6 +90,11 @@ def _apply_swaps(pa: PlanArrays, t1, t2):
     return jax.vmap(one)(t1, t2)
 
 
+def _pad(x: np.ndarray, size: int) -> np.ndarray:
+    """Pad a candidate column to `size` by repeating its first entry (fixed shapes: one compile)."""
+    return x if len(x) >= size else np.concatenate([x, np.repeat(x[:1], size - len(x))])
+
+
 class LocalSearch:
     """Holds the current discrete plan both as a Plan and as one-hot PlanArrays."""
 
@@ -257,9 +262,10 @@ class LocalSearch:
             improving = []
             for s in range(0, n, self.max_batch):
                 sl = slice(s, s + self.max_batch)
-                batch = _apply_table_moves(pa, *(jnp.asarray(c[k][sl]) for k in ("t", "st", "dev", "dev2", "k", "dom")),
-                                           jnp.asarray(c["cache"][sl], jnp.float32))
-                sc = self.scores(batch)
+                cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+                batch = _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
+                                           jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
+                sc = self.scores(batch)[: len(c["t"][sl])]
                 for j in np.flatnonzero(sc < cur * (1 - 1e-9)):
                     improving.append((float(sc[j]), s + int(j)))
                 if time.time() > deadline:
@@ -270,7 +276,9 @@ class LocalSearch:
             # swaps
             a, b = self._swap_candidates(plan, compute, exhaustive)
             for s in range(0, len(a), self.max_batch):
-                sc = self.scores(_apply_swaps(pa, jnp.asarray(a[s:s + self.max_batch]), jnp.asarray(b[s:s + self.max_batch])))
+                m = len(a[s:s + self.max_batch])
+                sc = self.scores(_apply_swaps(pa, jnp.asarray(_pad(a[s:s + self.max_batch], self.max_batch)),
+                                              jnp.asarray(_pad(b[s:s + self.max_batch], self.max_batch))))[:m]
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))

@@ -1,0 +1,116 @@
+"""`perfmodel search`: find a plan, compare methods, co-design a hardware knob."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from .config import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "search", help="find the fastest memory-feasible plan (gradient search or a baseline)",
+        description="Search the plan space (per-table sharding and ranks, dense parallelism, collective "
+                    "algorithms, buckets, chunks, pipelining, offload) for the fastest memory-feasible plan. "
+                    "Times in seconds (the table prints ms), throughput in samples/s, budget in seconds of "
+                    "wall time, compile included.")
+    p.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a TOML path")
+    p.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a TOML path")
+    p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
+    p.add_argument("--seed", type=int, default=0, help="random seed (the same seed gives the same plan when the "
+                   "search converges within its budget)")
+    p.add_argument("--budget-s", type=float, default=60.0, help="wall-clock budget per method, seconds (default 60)")
+    p.add_argument("--compare", default="", help="comma-separated baselines to run with the same budget, "
+                   "e.g. greedy,random,evolutionary")
+    p.add_argument("--precisions", default="fp32", help="precisions the all-to-all and gradient sync may use, "
+                   "e.g. fp32,bf16 (lower precision changes the numerics; default fp32)")
+    p.add_argument("--co-design", default=None, help="search a hardware knob with the plan: nic_split (share of "
+                   "NIC bandwidth on scale-up) or scale_out_bw (GB/s per chip, priced)")
+    p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
+    p.add_argument("--out", help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=_cmd_search)
+
+
+def _cmd_search(args) -> int:
+    from . import load_model, load_system
+    from .report import summary
+    from .search.api import METHODS, search
+
+    if args.out and Path(args.out).exists():
+        raise ConfigError(args.out, "", "exists already; choose another name or remove it first")
+    system = load_system(args.system, chip=args.chip)
+    model = load_model(args.model)
+    methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
+    for m in methods:
+        if m not in METHODS:
+            raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)}")
+    precisions = tuple(p for p in args.precisions.split(",") if p)
+    results = []
+    for m in methods:
+        results.append(search(system, model, m, seed=args.seed, budget_s=args.budget_s, precisions=precisions,
+                              co_design=args.co_design if m == args.method else None,
+                              progress=not args.no_progress and not args.json))
+    best = min(results, key=lambda r: (not r.feasible, r.step_s))
+    chosen = results[0]
+    if args.out:
+        chosen.plan.save(args.out)
+    if args.json:
+        out = {"system": system.name, "model": model.name, "results": [{
+            "method": r.method, "step_s": r.step_s, "samples_per_s": r.samples_per_s, "feasible": r.feasible,
+            "memory_headroom": r.memory_headroom, "gap_to_best": r.step_s / best.step_s - 1.0, "wall_s": r.wall_s,
+            "converged": r.converged, "evaluations": r.evaluations,
+            "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r in results],
+            "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown)}
+        print(json.dumps(out, indent=2, default=float))
+        return 0
+    print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
+          f"seed {args.seed}, budget {args.budget_s:g} s per method")
+    print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}")
+    for r in results:
+        print(f"{r.method:<14}{r.step_s * 1e3:>9.3f} ms{r.samples_per_s / 1e6:>11.3f} M {100 * r.memory_headroom:>12.1f} %"
+              f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s" + ("" if r.feasible else "  INFEASIBLE"))
+    print()
+    print(describe_plan(chosen.plan, model))
+    cd = chosen.notes.get("co_design")
+    if cd:
+        unit = cd["unit"]
+        print(f"\nco-design {cd['knob']} ({unit}): preset {cd['preset']:.4g} -> chosen {cd['chosen']:.4g}; "
+              f"{cd['metric']} {cd['objective_at_preset']:.4g} -> {cd['objective_at_chosen']:.4g} "
+              f"({100 * cd['improvement']:.1f} % better); d {cd['metric']} / d knob at the choice {cd['d_objective_d_knob']:.3g}")
+    if args.out:
+        print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
+    return 0
+
+
+def describe_plan(plan, model, max_rows: int = 12) -> str:
+    """Sharding types (count, rows, lookups), the heaviest tables' placements, and the settings."""
+    tb = model.tables
+    rows = np.asarray(tb.rows)
+    pool = np.asarray(tb.pooling)
+    lines = ["chosen plan:"]
+    kinds = Counter(t.sharding_type for t in plan.tables.values())
+    for st, n in kinds.most_common():
+        idx = [i for i, name in enumerate(tb.names) if plan.tables[name].sharding_type == st]
+        lines.append(f"  {st:<15} {n:>5} tables  {rows[idx].sum() / 1e6:>10.1f} M rows  "
+                     f"{pool[idx].sum():>8.1f} lookups/sample")
+    order = np.argsort(-(rows * pool))[:max_rows]
+    lines.append(f"  heaviest tables (rows x pooling):")
+    for i in order:
+        t = plan.tables[tb.names[i]]
+        ranks = t.ranks if len(t.ranks) <= 4 else f"{t.ranks[0]}..{t.ranks[-1]} ({len(t.ranks)})"
+        cache = "" if t.cache_ratio >= 1 else f"  host DRAM, HBM cache {t.cache_ratio:.2f}"
+        lines.append(f"    {tb.names[i]:<16} {rows[i]:>12,.0f} rows  pool {pool[i]:>6.1f}  {t.sharding_type:<15} ranks {ranks}{cache}")
+    a = plan.algorithms
+    lines.append(f"  dense: {plan.dense}; all-to-all {a['all_to_all']}, all-reduce {a['all_reduce']}, "
+                 f"reduce-scatter {a['reduce_scatter']}, all-gather {a['all_gather']}")
+    lines.append(f"  precision: all-to-all {plan.a2a_precision}, gradients {plan.grad_precision}; "
+                 f"collectives on {'offload engines' if plan.offload else 'compute cores'}")
+    lines.append(f"  overlap: sparse-dist pipeline {'on' if plan.pipeline else 'off'}, {plan.grad_buckets} gradient "
+                 f"buckets, {plan.overlap_chunks} chunk(s)")
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""Plan search: exact optimum on small instances, determinism, feasibility, baselines, co-design,
+bad requests."""
+
+import json
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.cli import main
+from perfmodel.search.exact import exact_plan, subproblem_plan
+from perfmodel.search.instances import small_instance
+
+
+@pytest.fixture(scope="module")
+def exact_results():
+    out = []
+    for seed in range(10):
+        system, model = small_instance(seed)
+        start = subproblem_plan(pm.greedy_plan(system, model), model)
+        plan, info = exact_plan(system, model, start)
+        out.append((system, model, start, plan, info))
+    return out
+
+
+def test_milp_optimum_is_the_hard_step_of_its_plan(exact_results):
+    """The MILP encodes the model's own schedule: its objective equals the hard evaluation."""
+    for system, model, start, plan, info in exact_results:
+        assert info["hard_step_s"] == pytest.approx(info["milp_step_s"], rel=1e-5)
+        assert all(t.sharding_type == "table_wise" for t in plan.tables.values())
+        # no placement the greedy packer found beats the proven optimum
+        assert info["hard_step_s"] <= float(pm.evaluate(system, model, start).step_s) * (1 + 1e-6)
+
+
+def test_gradient_search_reaches_the_exact_optimum_within_1_percent(exact_results):
+    gaps = []
+    for system, model, start, plan, info in exact_results:
+        r = pm.search(system, model, "gradient", seed=0, budget_s=30, sharding_types=("table_wise",),
+                      freeze_settings=True, start=start)
+        assert r.feasible
+        gaps.append(r.step_s / info["hard_step_s"] - 1.0)
+    assert max(gaps) <= 0.01, gaps
+
+
+@pytest.fixture(scope="module")
+def small_setup():
+    return small_instance(0)        # shares compiled functions with the exact-optimum tests
+
+
+def test_same_seed_same_plan_and_figures(small_setup):
+    system, model = small_setup
+    a = pm.search(system, model, "gradient", seed=3, budget_s=60)
+    b = pm.search(system, model, "gradient", seed=3, budget_s=60)
+    assert a.converged and b.converged
+    assert a.plan.to_dict() == b.plan.to_dict()
+    assert a.step_s == b.step_s
+
+
+@pytest.mark.parametrize("method", ["gradient", "greedy", "random", "evolutionary"])
+def test_returned_plan_is_feasible_and_reevaluates_to_the_reported_figures(small_setup, method):
+    system, model = small_setup
+    r = pm.search(system, model, method, seed=0, budget_s=15)
+    assert r.feasible
+    bd = pm.evaluate(system, model, pm.plan_from_dict(json.loads(json.dumps(r.plan.to_dict())), system, model))
+    assert float(bd.step_s) == pytest.approx(r.step_s, rel=1e-6)
+    assert float(bd.samples_per_s) == pytest.approx(r.samples_per_s, rel=1e-6)
+    assert 0.0 < r.memory_headroom < 1.0
+
+
+@pytest.mark.parametrize("name", ["mtia300-64", "h100-64"])
+def test_search_beats_or_ties_greedy(name, mlperf):
+    system = pm.load_system(name)
+    greedy = pm.search(system, mlperf, "greedy")
+    found = pm.search(system, mlperf, "gradient", seed=0, budget_s=20)
+    assert found.feasible and found.step_s <= greedy.step_s * (1 + 1e-9)
+
+
+def test_co_design_of_the_nic_split(mlperf, small_setup):
+    big = pm.load_system("mtia300-64")
+    r = pm.search(big, mlperf, "gradient", seed=0, budget_s=24, co_design="nic_split")
+    cd = r.notes["co_design"]
+    assert 0.05 <= cd["chosen"] <= 0.95 and cd["preset"] == pytest.approx(0.8, rel=1e-6)
+    assert cd["objective_at_chosen"] <= cd["objective_at_preset"] * (1 + 1e-9)
+    assert float(r.system.nic.scale_up_fraction) == pytest.approx(cd["chosen"], rel=1e-6)
+    assert r.step_s == pytest.approx(cd["objective_at_chosen"], rel=1e-6)
+    with pytest.raises(pm.ConfigError, match="nic_split needs a chip whose NICs carry scale-up"):
+        pm.search(pm.load_system("h100-64"), mlperf, co_design="nic_split", budget_s=5)
+
+
+def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
+    system, model = small_setup
+    with pytest.raises(pm.ConfigError, match="budget_s"):
+        pm.search(system, model, budget_s=0)
+    with pytest.raises(pm.ConfigError, match="allowed: gradient, greedy, random, evolutionary, exact"):
+        pm.search(system, model, method="annealing")
+    with pytest.raises(pm.ConfigError, match="exact takes at most"):
+        pm.search(pm.load_system("mtia300-64"), pm.load_model("dlrm-small"), method="exact")
+    huge = tmp_path / "huge.toml"
+    text = (pm.config.DATA_DIR / "models" / "dlrm-small.toml").read_text()
+    assert "global_batch = 4096" in text
+    huge.write_text(text.replace("global_batch = 4096", "global_batch = 400000000"))
+    with pytest.raises(pm.ConfigError, match="fits on no plan"):
+        pm.search(pm.load_system("h100-8"), pm.load_model(huge), budget_s=5)
+
+
+def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    args = ["search", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--budget-s", "5", "--method", "greedy",
+            "--compare", "random", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "greedy" in text and "random" in text and "gap to best" in text and "chosen plan:" in text
+    assert main(["evaluate", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--plan", str(out), "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)["summary"]["step_s"]
+    assert main(args[:-3] + ["--json", "--out", str(tmp_path / "again.json")]) == 0
+    reported = json.loads(capsys.readouterr().out)["results"][0]["step_s"]
+    assert evaluated == pytest.approx(reported, rel=1e-6)
+    assert main(args) == 2                                   # --out exists: refused
+    assert "exists already" in capsys.readouterr().err
+    assert main(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--budget-s", "-1"]) == 2
