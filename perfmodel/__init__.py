@@ -12,12 +12,22 @@ from .hardware import Chip, Level, Nic, Offload, System, link_bandwidths, load_c
 from .plan import (ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays,
                    TablePlan, load_plan, plan_from_dict, random_plans, stack, to_arrays, validate_plan)
 from .search.greedy import default_plan, greedy_plan
+from .search.api import METHODS as SEARCH_METHODS, SearchResult, search
+from .plan import from_arrays
 from .workload import EmbeddingTables, RankingModel, load_model, model_names
+from .analysis import KNOBS, knob, sensitivity, set_knobs, sweep
+from .analysis.scaling import compare, scaling
+from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
+from .calibrate import calibrate as calibrate_chip
+from .validate import load_datasets, validate as validate_published
 
 __all__ = [
     "ConfigError", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
     "link_bandwidths", "load_chip", "load_system", "ALGORITHMS", "COLLECTIVES", "DENSE_MODES", "PRECISIONS",
     "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
-    "load_model", "model_names",
+    "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",
+    "KNOBS", "knob", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
+    "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
+    "load_datasets", "validate_published",
 ]

@@ -59,6 +59,70 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _register_analysis(sub) -> None:
+    """sweep, sensitivity, trace and plot (perfmodel/cli_analysis.py)."""
+    from .cli_analysis import register
+    register(sub)
+
+
+def _register_search(sub) -> None:
+    """search (perfmodel/cli_search.py)."""
+    from .cli_search import register
+    register(sub)
+
+
+def _register_fidelity(sub) -> None:
+    """validate (published collective measurements) and calibrate (the local JAX device)."""
+    def cmd_validate(args) -> int:
+        from .validate import format_report, validate
+        rep = validate(args.data, args.dataset)
+        print(json.dumps(rep, indent=1) if args.json else format_report(rep, rows=not args.summary))
+        return 0
+
+    def cmd_calibrate(args) -> int:
+        from .calibrate import calibrate, format_report
+        opts = [f"--{k} {getattr(args, k)}" for k in ("dtype", "peaks", "measurements") if getattr(args, k)]
+        command = " ".join([f"perfmodel calibrate --device {args.device} --out {args.out} --base {args.base} "
+                            f"--grid {args.grid}", *opts])
+        rep = calibrate(args.out, device=args.device, base=args.base, grid=args.grid, dtype=args.dtype,
+                        peaks=args.peaks, measurements_out=args.measurements, command=command,
+                        log=lambda m: print(m, file=sys.stderr if args.json else sys.stdout, flush=True))
+        print(json.dumps(rep, indent=1) if args.json else format_report(rep))
+        return 0
+
+    v = sub.add_parser("validate", help="the model's error against published collective measurements",
+                       description="For every dataset in data/measurements (CSV: system, collective, algorithm, "
+                                   "size_bytes, metric, value_GBps, source): the error of the uncalibrated presets "
+                                   "(blind) and, after fitting the network's latency and bandwidth scales on half of "
+                                   "the message sizes, on the other half (calibrated). Errors are of the time; "
+                                   "bandwidths in GB/s, sizes in bytes.")
+    v.add_argument("--data", metavar="DIR", help="folder of dataset CSVs (default: data/measurements)")
+    v.add_argument("--dataset", action="append", metavar="NAME", help="only this dataset (file stem); repeatable")
+    v.add_argument("--summary", action="store_true", help="one line per dataset, no per-row table")
+    _add_common(v)
+    v.set_defaults(func=cmd_validate)
+
+    c = sub.add_parser("calibrate", help="fit a chip's efficiency parameters to this machine's JAX device",
+                       description="Time microbenchmarks (streaming, GEMMs, embedding bags) and whole reference "
+                                   "DLRM steps on the local JAX device, fit the chip's efficiency parameters through "
+                                   "the model (optax), report held-out median / p90 relative errors, and write the "
+                                   "fitted chip as a preset TOML (every number with its source). Use it with "
+                                   "`perfmodel evaluate --chip OUT.toml`. Times in seconds.")
+    c.add_argument("--device", default="local", help="the device to calibrate: local (the default JAX device)")
+    c.add_argument("--out", required=True, metavar="PATH", help="chip TOML to write (never overwrites)")
+    c.add_argument("--base", default="mtia300", help="chip preset whose unmeasured fields (NIC, offload, power, ...) "
+                                                     "the calibrated chip copies (default mtia300)")
+    c.add_argument("--grid", default="default", choices=("default", "quick", "gpu", "tiny"),
+                   help="benchmark grid (default and quick: CPU-sized; gpu: accelerator-sized; tiny: a smoke test)")
+    c.add_argument("--dtype", choices=("fp32", "bf16"), help="GEMM / dense dtype (default: fp32 on a CPU, bf16 otherwise)")
+    c.add_argument("--peaks", choices=("measured", "base"),
+                   help="measured: fit the peak and bandwidth (a device with no published figures, the CPU default); "
+                        "base: keep the base preset's and fit the efficiencies (the accelerator default)")
+    c.add_argument("--measurements", metavar="CSV", help="also write every measurement and prediction to this CSV")
+    _add_common(c)
+    c.set_defaults(func=cmd_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfmodel",
@@ -84,11 +148,28 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="the bundled systems, chips and models, one line each")
     _add_common(ls)
     ls.set_defaults(func=_cmd_list)
+    _register_analysis(sub)
+    _register_search(sub)
+    _register_fidelity(sub)
     return parser
+
+
+def enable_compile_cache() -> None:
+    """Keep compiled XLA programs on disk between runs (the cost of a first `search` is mostly
+    compilation). PERFMODEL_CACHE_DIR overrides the folder; an empty value turns the cache off."""
+    import os
+
+    import jax
+
+    folder = os.environ.get("PERFMODEL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "perfmodel", "jax"))
+    if folder:
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    enable_compile_cache()
     try:
         return args.func(args)
     except ConfigError as err:

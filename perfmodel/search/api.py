@@ -28,6 +28,8 @@ from .local import INFEASIBLE, LocalSearch
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
+FINALISTS = 4          # rounded restarts refined
+KICK_WORK = 4096       # iterated-local-search kicks: 4096 / (tables x devices), between 2 and 100
 
 
 @dataclass
@@ -134,8 +136,9 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
 
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
     """Refine the greedy plan with half the budget; then, if the time left covers compiling the
-    relaxed step (estimated as 8x the hard evaluation's compile, or free when already compiled),
-    run the gradient restarts, round them and refine the best roundings. Best plan wins."""
+    relaxed step (estimated as 12x the hard evaluation's compile, or free when already compiled),
+    run the gradient restarts, round them and refine the best roundings; then iterated local search
+    (seeded kicks of the best plan, each refined) with the time left. Best plan wins."""
     from . import gradient as gs
 
     t = time.time()
@@ -144,24 +147,36 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     best_plan, best = ls.run(greedy, deadline=t0 + 0.5 * (deadline - t0))
     notes = {"refined_greedy_s": best, "gradient_steps": 0}
     params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
-    cached = gs.is_compiled(params, state, system, model, masks)
-    if not cached and deadline - time.time() < 8.0 * eval_compile + 2.0:
+    converged = True
+    if gs.is_compiled(params, state, system, model, masks) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
+        params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
+        notes["gradient_steps"] = taken
+        converged = taken == steps
+        candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
+                      for r in range(restarts)]
+        scores = ls.scores(stack([to_arrays(p, system, model) for p in candidates]))
+        notes["rounded_scores_s"] = [float(s) for s in scores]
+        finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
+        for rank, i in enumerate(finalists):
+            until = time.time() + 0.5 * (deadline - time.time()) / (len(finalists) - rank)
+            p, s = ls.run(candidates[i], deadline=min(until, deadline))
+            if s < best:
+                best_plan, best = p, s
+    else:
         notes["gradient_skipped"] = "budget below the estimated compile time of the relaxed step"
-        return best_plan, notes, False
-    params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
-    notes["gradient_steps"] = taken
-    converged = taken == steps
-    candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
-                  for r in range(restarts)]
-    scores = ls.scores(stack([to_arrays(p, system, model) for p in candidates]))
-    notes["rounded_scores_s"] = [float(s) for s in scores]
-    finalists = [int(i) for i in np.argsort(scores, kind="stable")[:2]]
-    for rank, i in enumerate(finalists):
-        until = time.time() + (deadline - time.time()) / (len(finalists) - rank)
-        p, s = ls.run(candidates[i], deadline=min(until, deadline))
-        if s < best:
+        converged = False
+    # iterated local search: kick the best plan (a few seeded random table moves), refine, keep if better
+    rng = np.random.default_rng(seed)
+    kicks, planned = 0, int(np.clip(KICK_WORK / (model.tables.count * system.num_chips), 2, 100))
+    for _ in range(planned):
+        if time.time() > deadline:
+            break
+        p, s = ls.run(ls.kick(best_plan, rng), deadline=deadline)
+        kicks += 1
+        if s < best * (1 - 1e-9):
             best_plan, best = p, s
-    converged &= time.time() < deadline
+    notes["kicks"] = kicks
+    converged &= kicks == planned and time.time() < deadline
     return best_plan, notes, converged
 
 

@@ -244,6 +244,17 @@ class LocalSearch:
         tables[names[b]] = dataclasses.replace(tb, ranks=list(ta.ranks))
         return dataclasses.replace(plan, tables=tables)
 
+    def kick(self, plan: Plan, rng: np.random.Generator) -> Plan:
+        """A perturbed copy: max(2, T / 8) tables moved to random devices (as table_wise where allowed)."""
+        names = self.model.tables.names
+        tables = dict(plan.tables)
+        n = max(2, self.T // 8)
+        for t in rng.choice(self.T, size=min(n, self.T), replace=False):
+            if self.masks.types[t, TW] <= -1:
+                continue
+            tables[names[t]] = TablePlan("table_wise", [int(rng.integers(self.D))], tables[names[t]].cache_ratio)
+        return dataclasses.replace(plan, tables=tables)
+
     # ------------------------------------------------------------------ the loop
     def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None) -> tuple[Plan, float]:
         """Improve `plan` until no single move helps, max_rounds, or the wall-clock deadline."""
