@@ -25,3 +25,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# make figures: regenerate the README's pictures (docs/img/*.png) from the presets, about 2 minutes.
+.PHONY: figures
+figures: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m perfmodel.figures docs/img

@@ -1,0 +1,171 @@
+"""Elasticities of step time (or cost, or energy) with respect to every hardware parameter.
+
+    e_i = d log(metric) / d log(x_i) = (x_i / metric) d metric / d x_i
+
+by one `jax.grad` of log(metric) with respect to the whole System pytree (every leaf at once),
+times the leaf. e = -0.3 for HBM bandwidth: 1 % more bandwidth, 0.3 % shorter step. A leaf at zero
+(e.g. the PCIe switch `nic.pcie` of an integrated NIC) has elasticity 0 by definition; its
+derivative (per unit, in the table) still says which way a small change moves the metric. Where
+the model has a kink (a max of two paths, a bandwidth cap) the gradient is that of the active side.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConfigError
+from ..evaluate import evaluate
+from ..hardware import GB, GBPS, TF, US, System
+from ..plan import Plan, PlanArrays, to_arrays, validate_plan
+from ..workload import RankingModel
+from .table import make_table
+
+METRICS = ("step_s", "usd_per_million_samples", "joules_per_sample")
+
+# leaf path -> (what it is, unit, SI per unit, knob that sweeps it or "")
+LEAVES = {
+    "chip.peak_bf16_flops": ("peak bf16 compute", "TFLOP/s", TF, "peak_bf16_TFLOPs"),
+    "chip.peak_fp8_flops": ("peak fp8 compute", "TFLOP/s", TF, "peak_fp8_TFLOPs"),
+    "chip.peak_fp32_flops": ("peak fp32 compute", "TFLOP/s", TF, "peak_fp32_TFLOPs"),
+    "chip.compute_units": ("compute units (cores / SMs)", "", 1.0, ""),
+    "chip.launch_s": ("kernel launch overhead", "us", US, "launch_overhead_us"),
+    "chip.matmul_eff_max": ("GEMM efficiency, large GEMMs", "", 1.0, "matmul_efficiency_max"),
+    "chip.matmul_half_flop": ("GEMM size at half efficiency", "GFLOP", 1e9, ""),
+    "chip.hbm_bytes": ("HBM capacity", "GB", GB, "hbm_capacity_GB"),
+    "chip.hbm_Bps": ("HBM bandwidth", "GB/s", GBPS, "hbm_bandwidth_GBps"),
+    "chip.hbm_eff": ("HBM achievable fraction", "", 1.0, ""),
+    "chip.hbm_usable": ("HBM usable fraction", "", 1.0, ""),
+    "chip.llc_bytes": ("last-level cache capacity", "MB", 1e6, ""),
+    "chip.llc_Bps": ("last-level cache bandwidth", "GB/s", GBPS, ""),
+    "chip.gather_eff_max": ("embedding gather efficiency, large rows", "", 1.0, ""),
+    "chip.gather_half_row_bytes": ("row size at half gather efficiency", "B", 1.0, ""),
+    "chip.scale_up_Bps": ("dedicated scale-up link bandwidth (NVLink)", "GB/s", GBPS, "scale_up_bandwidth_GBps"),
+    "chip.scale_up_latency_s": ("dedicated scale-up link latency", "us", US, ""),
+    "chip.core_compute_fraction": ("compute share of a core-driven collective", "", 1.0,
+                                   "core_collective_compute_fraction"),
+    "chip.core_hbm_mult": ("HBM bytes per network byte, core-driven", "", 1.0, "core_collective_hbm_multiplier"),
+    "chip.core_msgs_in_flight": ("messages in flight, core-driven", "", 1.0, ""),
+    "chip.dma_hbm_mult": ("HBM bytes per network byte, engine DMA", "", 1.0, ""),
+    "chip.host_link_Bps": ("chip-host link bandwidth", "GB/s", GBPS, "host_link_bandwidth_GBps"),
+    "chip.host_dram_bytes": ("host DRAM per chip", "GB", GB, ""),
+    "chip.tdp_W": ("chip TDP", "W", 1.0, ""),
+    "chip.scale_up_eff": ("scale-up link achievable fraction", "", 1.0, ""),
+    "nic.bandwidth_eff": ("NIC achievable fraction of line rate", "", 1.0, ""),
+    "chip.usd_per_hour": ("chip price", "$/h", 1.0, "chip_usd_per_hour"),
+    "nic.pcie": ("NIC behind PCIe (0 integrated, 1 PCIe)", "", 1.0, "nic_attach_pcie"),
+    "nic.active_ports": ("active NIC ports", "", 1.0, "nic_bandwidth_GBps"),
+    "nic.port_Bps": ("NIC port bandwidth", "GB/s", GBPS, "nic_bandwidth_GBps"),
+    "nic.scale_up_fraction": ("NIC share on scale-up", "", 1.0, "nic_scale_up_fraction"),
+    "nic.latency_s": ("NIC latency per message", "us", US, "nic_latency_us"),
+    "nic.per_message_s": ("host / proxy cost per message", "us", US, "nic_per_message_overhead_us"),
+    "nic.pcie_Bps": ("PCIe bandwidth in front of the NIC", "GB/s", GBPS, "pcie_bandwidth_GBps"),
+    "nic.pcie_latency_s": ("PCIe latency per message", "us", US, "pcie_latency_us"),
+    "offload.engines": ("offload engines", "", 1.0, "offload_engines"),
+    "offload.clock_Hz": ("offload engine clock", "GHz", 1e9, ""),
+    "offload.reduce_bytes_per_cycle": ("engine reduce bytes/cycle, one busy", "B", 1.0, ""),
+    "offload.reduce_bytes_per_cycle_all_busy": ("engine reduce bytes/cycle, all busy", "B", 1.0, ""),
+    "offload.setup_s": ("engine setup per collective", "us", US, "engine_setup_us"),
+    "offload.msgs_per_engine": ("messages in flight per engine", "", 1.0, ""),
+    "host_power_W": ("host power (accelerators included)", "W", 1.0, "host_power_W"),
+    "host_usd_per_hour": ("host price", "$/h", 1.0, ""),
+}
+LEVEL_LEAVES = {
+    "latency_s": ("wire + switch latency", "us", US, "{link}_latency_us"),
+    "oversubscription": ("oversubscription", "", 1.0, "{link}_oversubscription"),
+}
+
+
+def leaf_info(system: System) -> list[tuple[str, str, str, float, str]]:
+    """(path, name, unit, SI per unit, knob) for every System leaf, in tree_leaves order."""
+    paths, _ = jax.tree_util.tree_flatten_with_path(system)
+    out = []
+    for path, _ in paths:
+        keys = []
+        for p in path:
+            keys.append(str(p.name) if hasattr(p, "name") else f"[{p.idx}]" if hasattr(p, "idx") else str(p))
+        dotted = ".".join(keys).replace(".[", "[")
+        if dotted.startswith("levels["):
+            i = int(dotted[len("levels["):dotted.index("]")])
+            lv = system.levels[i]
+            attr = dotted.split(".")[-1]
+            name, unit, scale, kn = LEVEL_LEAVES.get(attr, (attr, "", 1.0, ""))
+            kn = kn.format(link=lv.link)
+            if kn == "scale_up_oversubscription":
+                kn = ""
+            out.append((dotted, f"{lv.name} level ({lv.link}) {name}", unit, scale, kn))
+        else:
+            name, unit, scale, kn = LEAVES.get(dotted, (dotted, "", 1.0, ""))
+            out.append((dotted, name, unit, scale, kn))
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("metric",))
+def _grad(system, model, plan, metric):
+    """The metric and the gradient of its log w.r.t. the System (one reverse pass; a compile per metric)."""
+    def f(s):
+        return jnp.log(getattr(evaluate(s, model, plan), metric))
+    value, grad = jax.value_and_grad(f)(system)
+    return jnp.exp(value), grad
+
+
+def sensitivity(system: System, model: RankingModel, plan: Plan | PlanArrays | None = None,
+                metric: str = "step_s"):
+    """Elasticities d log(metric) / d log(x) for every hardware leaf x of `system`, ranked by size.
+
+    plan: fixed (default: the greedy default plan). metric: step_s, usd_per_million_samples or
+    joules_per_sample. Returns a table (DataFrame or dict of numpy columns) with columns
+    rank, parameter, path, unit, value (in unit), elasticity, derivative_per_unit (metric units per
+    one unit of the parameter) and knob (the sweep knob that moves it, where there is one).
+    """
+    if metric not in METRICS:
+        raise ConfigError("", "metric", f"is {metric!r}; allowed: {', '.join(METRICS)}")
+    if plan is None:
+        from ..search.greedy import default_plan
+        plan = default_plan(system, model)
+    if isinstance(plan, Plan):
+        validate_plan(plan, system, model)
+        plan = to_arrays(plan, system, model)
+    value, grad = _grad(system, model, plan, metric)
+    m = float(value)
+    xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
+    gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
+    info = leaf_info(system)
+    rows = []
+    for (path, name, unit, scale, kn), x, g in zip(info, xs, gs):
+        rows.append((path, name, unit, x / scale, g * x, g * m * scale, kn))
+    rows.sort(key=lambda r: (-abs(r[4]), -abs(r[5]), r[0]))
+    cols = {
+        "rank": np.arange(1, len(rows) + 1),
+        "parameter": np.asarray([r[1] for r in rows], object),
+        "path": np.asarray([r[0] for r in rows], object),
+        "unit": np.asarray([r[2] for r in rows], object),
+        "value": np.asarray([r[3] for r in rows], np.float64),
+        "elasticity": np.asarray([r[4] for r in rows], np.float64),
+        "derivative_per_unit": np.asarray([r[5] for r in rows], np.float64),
+        "knob": np.asarray([r[6] for r in rows], object),
+    }
+    return make_table(cols)
+
+
+def format_sensitivity(table, metric: str, top: int | None = None, title: str = "") -> str:
+    """The ranked table as text: elasticity, value and what a 10 % increase does."""
+    from .table import columns
+    c = columns(table)
+    n = len(c["rank"]) if top is None else min(top, len(c["rank"]))
+    lines = [title, "=" * len(title)] if title else []
+    lines.append(f"elasticity = d log({metric}) / d log(parameter): +1 % in the parameter -> "
+                 f"elasticity % in {metric}")
+    lines.append(f"{'#':>3}  {'parameter':<46} {'value':>12} {'unit':<8} {'elasticity':>11}  knob")
+    for i in range(n):
+        v = c["value"][i]
+        val = f"{v:.4g}" if v == 0 or 1e-3 <= abs(v) < 1e6 else f"{v:.3e}"
+        lines.append(f"{c['rank'][i]:>3}  {c['parameter'][i]:<46} {val:>12} {c['unit'][i]:<8} "
+                     f"{c['elasticity'][i]:>+11.4f}  {c['knob'][i]}")
+    rest = len(c["rank"]) - n
+    if rest > 0:
+        lines.append(f"({rest} more parameters with smaller elasticities; --top 0 shows all)")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Elasticities by jax.grad against central finite differences, and their exact identities."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.analysis.sensitivity import format_sensitivity, leaf_info, sensitivity
+from perfmodel.analysis.table import columns
+
+from conftest import step_fn
+
+# leaves with sizeable, smooth effects at the presets (checked in both directions below)
+CHECKED = {
+    "mtia300-16": ("chip.peak_bf16_flops", "chip.launch_s", "chip.hbm_Bps", "chip.gather_eff_max",
+                   "nic.latency_s", "levels[0].latency_s", "offload.setup_s"),
+    "h100-8": ("chip.peak_bf16_flops", "chip.hbm_Bps", "chip.scale_up_Bps", "chip.core_compute_fraction",
+               "chip.core_hbm_mult", "chip.matmul_half_flop"),
+}
+
+
+def _plan(system, model):
+    """A cheap fixed plan: table i table-wise on rank i mod D."""
+    D = system.num_chips
+    return pm.Plan(tables={n: pm.TablePlan("table_wise", [i % D]) for i, n in enumerate(model.tables.names)},
+                   offload=float(system.offload.engines) > 0, grad_buckets=4)
+
+
+def _fd_elasticity(system, pa, index, h=1e-2):
+    leaves, tree = jax.tree_util.tree_flatten(system)
+    f = step_fn("dlrm-small")
+    x = float(leaves[index])
+
+    def at(factor):
+        ls = list(leaves)
+        ls[index] = jnp.asarray(x * factor, jnp.float32)
+        return float(f(jax.tree_util.tree_unflatten(tree, ls), pa))
+    return (np.log(at(1 + h)) - np.log(at(1 - h))) / (np.log(1 + h) - np.log(1 - h))
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED))
+def test_elasticities_match_finite_differences(name, small):
+    system = pm.load_system(name)
+    plan = _plan(system, small)
+    pa = pm.to_arrays(plan, system, small)
+    t = columns(sensitivity(system, small, plan))
+    paths = [p for p, *_ in leaf_info(system)]
+    assert sorted(t["path"]) == sorted(paths) and len(paths) == len(jax.tree_util.tree_leaves(system))
+    assert np.all(np.diff(np.abs(t["elasticity"])) <= 1e-12)            # ranked by magnitude
+    assert t["rank"][0] == 1 and list(t["rank"]) == list(range(1, len(paths) + 1))
+    for path in CHECKED[name]:
+        i = list(t["path"]).index(path)
+        e = float(t["elasticity"][i])
+        fd = _fd_elasticity(system, pa, paths.index(path))
+        assert abs(e) > 1e-3, path                                       # a real effect, not 0 == 0
+        assert e == pytest.approx(fd, rel=0.05, abs=1e-4), path
+    # derivative per unit = elasticity x metric / value (in the unit shown)
+    step = float(step_fn("dlrm-small")(system, pa))
+    i = list(t["path"]).index("chip.hbm_Bps")
+    assert t["unit"][i] == "GB/s" and t["value"][i] == pytest.approx(float(system.chip.hbm_Bps) / 1e9)
+    assert t["derivative_per_unit"][i] == pytest.approx(t["elasticity"][i] * step / t["value"][i], rel=1e-4)
+    assert t["knob"][i] == "hbm_bandwidth_GBps"
+
+
+def test_cost_elasticities(small):
+    """Cost per sample is step time x (chips x chip price + hosts x host price) / batch: its elasticities
+    w.r.t. the two prices add up to 1, and every other parameter moves it as it moves the step time."""
+    system = pm.load_system("h100-8")
+    plan = _plan(system, small)
+    step = columns(sensitivity(system, small, plan))
+    cost = columns(sensitivity(system, small, plan, metric="usd_per_million_samples"))
+    e_step = dict(zip(step["path"], step["elasticity"]))
+    e_cost = dict(zip(cost["path"], cost["elasticity"]))
+    assert e_cost["chip.usd_per_hour"] + e_cost["host_usd_per_hour"] == pytest.approx(1.0, rel=1e-4)
+    for path, e in e_step.items():
+        if path not in ("chip.usd_per_hour", "host_usd_per_hour"):
+            assert e_cost[path] == pytest.approx(e, rel=1e-3, abs=1e-6), path
+    assert cost["parameter"][0] == "chip price"
+
+
+def test_format_and_bad_metric(small, mtia16):
+    plan = _plan(mtia16, small)
+    t = sensitivity(mtia16, small, plan)
+    text = format_sensitivity(t, "step_s", top=5, title="x")
+    lines = text.splitlines()
+    assert lines[0] == "x" and "elasticity" in lines[2] and len(lines) == 3 + 1 + 5 + 1
+    assert "peak bf16 compute" in text and "more parameters" in lines[-1]
+    with pytest.raises(pm.ConfigError, match="metric.*allowed: step_s, usd_per_million_samples"):
+        sensitivity(mtia16, small, plan, metric="latency")
