@@ -65,6 +65,7 @@ class Chip:
     tdp_W: jax.Array
     usd_per_hour: jax.Array
     name: str = static(default="chip")
+    scale_up_eff: jax.Array = 1.0         # achievable fraction of the dedicated scale-up link's line rate
 
 
 @_pytree
@@ -81,6 +82,7 @@ class Nic:
     pcie_Bps: jax.Array
     pcie_latency_s: jax.Array
     serves_scale_up: bool = static(default=False)
+    bandwidth_eff: jax.Array = 1.0        # achievable fraction of the NIC's line rate (protocol headers)
 
 
 @_pytree
@@ -133,7 +135,7 @@ class System:
 
 
 def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
-    """Per-chip, per-direction bandwidth (bytes/s) of the scale-up and scale-out links.
+    """Per-chip, per-direction line rate (bytes/s) of the scale-up and scale-out links.
 
     A NIC that serves scale-up splits its active bandwidth: up = f * B_nic, out = (1 - f) * B_nic.
     Otherwise scale-up is the dedicated link and scale-out the NIC. Behind PCIe (pcie = 1) the NIC
@@ -145,6 +147,14 @@ def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
     if nic.serves_scale_up:
         return nic.scale_up_fraction * total * cap, (1.0 - nic.scale_up_fraction) * total * cap
     return chip.scale_up_Bps, total * cap
+
+
+def link_efficiencies(system: System) -> tuple[jax.Array, jax.Array]:
+    """Achievable fraction of the line rate of the scale-up and scale-out links: the NIC's
+    (protocol headers, e.g. ~48.5 of 50 GB/s on ConnectX-7) for what it carries, the dedicated
+    link's (e.g. NCCL's ~370 of NVLink4's 450 GB/s) for scale-up otherwise."""
+    nic = system.nic
+    return (nic.bandwidth_eff if nic.serves_scale_up else system.chip.scale_up_eff), nic.bandwidth_eff
 
 
 def level_latency_s(system: System, level: Level) -> jax.Array:
@@ -222,6 +232,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
                      default=None if shared else 0.0))
     if frac is not None and frac >= 1.0 and shared:
         raise n.error("scale_up_fraction", "must be < 1 (some NIC bandwidth must stay on scale-out)")
+    nic_eff = n.num(Num("bandwidth_efficiency", 1.0, **_FRAC, required=False, default=1.0))
     nic_lat = n.num(Num("latency_us", US))
     per_msg = n.num(Num("per_message_overhead_us", US))
     pcie = attach == "pcie"
@@ -233,6 +244,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     su = top.sub("scale_up", required=not shared)
     su_bw = su.num(Num("bandwidth_GBps", GBPS, **_POS, required=not shared, default=None if not shared else 0.0))
     su_lat = su.num(Num("latency_us", US, required=not shared, default=None if not shared else 0.0))
+    su_eff = su.num(Num("bandwidth_efficiency", 1.0, **_FRAC, required=False, default=1.0))
     su.finish()
     if shared and su_bw:
         raise su.error("bandwidth_GBps", "must be absent when nic.serves_scale_up = true (the NIC carries scale-up)")
@@ -275,12 +287,13 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
         gather_half_row_bytes=_f(g_half), scale_up_Bps=_f(su_bw), scale_up_latency_s=_f(su_lat),
         core_compute_fraction=_f(cfrac), core_hbm_mult=_f(cmult), core_msgs_in_flight=_f(cmsgs),
         dma_hbm_mult=_f(dmult), host_link_Bps=_f(host_bw), host_dram_bytes=_f(dram),
-        tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name,
+        tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name, scale_up_eff=_f(su_eff),
     )
     nic = Nic(
         pcie=_f(1.0 if pcie else 0.0), active_ports=_f(active), port_Bps=_f(port_bw),
         scale_up_fraction=_f(frac), latency_s=_f(nic_lat), per_message_s=_f(per_msg),
         pcie_Bps=_f(pcie_bw if pcie else host_bw), pcie_latency_s=_f(pcie_lat), serves_scale_up=shared,
+        bandwidth_eff=_f(nic_eff),
     )
     off = Offload(
         engines=_f(engines), clock_Hz=_f(clock), reduce_bytes_per_cycle=_f(bpc),

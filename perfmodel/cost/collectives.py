@@ -1,11 +1,18 @@
 """Collective algorithms over a hierarchical network, each a latency term plus bytes / bandwidth.
 
 A group spans a contiguous range of network levels; level l joins `fanout_l` sub-domains and has
-per-chip bandwidth B_l = B_link / oversubscription_l and per-step latency alpha_l. For a group of
+per-chip bandwidth B_l = B_link x efficiency / oversubscription_l (efficiency: the achievable share
+of the line rate, hardware.link_efficiencies) and per-step latency alpha_l. For a group of
 n chips, a buffer of S bytes per chip (NCCL's tuning model, src/graph/tuning.cc; nccl-tests'
 algbw/busbw conventions):
 
-  ring      all-reduce 2(n-1)/n S / B_min + 2(n-1) alpha_max;  reduce-scatter, all-gather half of it
+  ring      all-reduce 2(n-1)/n S / B + 2(n-1) alpha;  reduce-scatter, all-gather half of it.
+            Over several levels, NCCL's rings: one ring per channel, laid out domain by domain, each
+            crossing a domain boundary through a different chip's link, so a chip sends the share
+            e_l / n of its 2(n-1)/n S on level l, where e_l = n/s_(l-1) - n/s_l ring edges first
+            cross level l (s: domain sizes in group members); the links run at once (max over
+            links). A chunk makes n-1 hops per pass, e_l of them (one fewer at the top level) at
+            level l's latency (NCCL tuning.cc: 2(nNodes-1) inter-node steps of an all-reduce).
   tree      all-reduce 2 S / B_min + 2 log2(n) alpha_max  (double binary tree, pipelined)
   direct    every chip talks to every peer at once: the bytes to peers at level l go at B_l, links in
             parallel; latency alpha (1 + (n-1)/m) with m messages in flight (offload engines raise m)
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 
-from ..hardware import System, level_latency_s, link_bandwidths
+from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
 
 RING, DIRECT, TREE, HIER = range(4)
 
@@ -50,7 +57,8 @@ class Net:
 
 def make_net(system: System, offload) -> Net:
     up, out = link_bandwidths(system)
-    links = {"scale_up": up, "scale_out": out}
+    e_up, e_out = link_efficiencies(system)
+    links = {"scale_up": up * e_up, "scale_out": out * e_out}
     fan, size, link, bw, over, alpha = [], [], [], [], [], []
     prev = 1
     for lv in system.levels:
@@ -94,6 +102,23 @@ def _direct_bytes_time(net: Net, S, lo: int, hi: int):
     return _max_links(net, per_link)
 
 
+def _ring(net: Net, S, lo: int, hi: int, passes: int):
+    """Transfer + latency of `passes` ring passes (2: all-reduce, 1: reduce-scatter / all-gather)
+    over levels lo..hi (see the module docstring). One level: passes ((n-1)/n S / B + (n-1) alpha)."""
+    n = math.prod(net.fanout[lo:hi + 1])
+    inner = math.prod(net.fanout[:lo])
+    per_link, lat = {}, 0.0
+    below = 1                                            # group members per level-(l-1) domain
+    for l in range(lo, hi + 1):
+        size = n if l == hi else net.size[l] // inner
+        edges = (n // below if n // below > 1 else 0) - (n // size if n // size > 1 else 0)
+        hops = edges - 1 if l == hi else edges
+        below = size
+        per_link[net.link[l]] = per_link.get(net.link[l], 0.0) + passes * (n - 1) / n * S * edges / n * net.oversub[l]
+        lat = lat + passes * hops * net.alpha[l]
+    return _max_links(net, per_link) + lat
+
+
 def _max_links(net: Net, per_link_bytes: dict):
     times = [b / net.link_bw[k] for k, b in per_link_bytes.items()]
     out = times[0]
@@ -121,7 +146,7 @@ def _rs_or_ag(net: Net, S, lo: int, hi: int, algo: int, reduce: bool):
     if algo == DIRECT:
         t = _direct_bytes_time(net, S, lo, hi) + alpha * (1.0 + (n - 1) / net.msgs)
     else:  # ring (tree has no reduce-scatter/all-gather form; it falls back to ring)
-        t = frac * S / bw + (n - 1) * alpha
+        t = _ring(net, S, lo, hi, 1)
     return _reduce(net, t, frac * S) if reduce else t
 
 
@@ -143,7 +168,7 @@ def _all_reduce(net: Net, S, lo: int, hi: int, algo: int):
         return jnp.zeros_like(jnp.asarray(S, jnp.float32))
     frac = (n - 1) / n
     if algo == RING:
-        return _reduce(net, 2 * frac * S / bw + 2 * (n - 1) * alpha, frac * S)
+        return _reduce(net, _ring(net, S, lo, hi, 2), frac * S)
     if algo == TREE:
         return _reduce(net, 2 * S / bw + 2 * math.ceil(math.log2(n)) * alpha, frac * S)
     if algo == DIRECT:

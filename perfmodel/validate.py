@@ -1,0 +1,278 @@
+"""Validation against published collective measurements (data/measurements/*.csv).
+
+Every CSV is one dataset: rows of (system preset, collective, algorithm, size in bytes, metric,
+measured GB/s, source). For each row the model's time comes from the collective cost functions
+(cost/collectives.py) on the named system, blind (the presets as they are), and calibrated: two
+parameters of the network, a latency scale (every per-step latency and the launch) and a bandwidth
+scale (every link), fitted (optax, on the squared log error plus a weak pull towards 1) on half of
+the dataset's rows (every other row by message size) and judged on the other half.
+
+  metric busbw     nccl-tests bus bandwidth: time = size x f / busbw, f = 2(n-1)/n for all-reduce,
+                   (n-1)/n for all-gather, reduce-scatter and all-to-all
+  metric nvlink_bw / rdma_bw   DeepEP's bottleneck bandwidth: bytes a GPU moves over that link / time
+                   (an all-to-all spread evenly over the n ranks: (L-1)/n of it inside the node of
+                   L, (n-L)/n across nodes)
+
+Algorithms: "ring" and "default" (NCCL's own choice) are predicted with the model's ring; "nvls"
+(NVLink SHARP, reduction in the switch) has no counterpart in the model and is predicted with the
+ring too (flagged); all-to-all uses the direct form inside a node and the hierarchical one across.
+
+Error of a row: predicted / measured time - 1. Per dataset: the geometric-mean error
+exp(mean |ln(t_pred / t_meas)|) - 1 (a 2x miss either way counts as 100 %), and the largest one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .config import DATA_DIR, ConfigError
+from .cost import collectives as coll
+from .hardware import load_system
+
+MEASUREMENTS = DATA_DIR / "measurements"
+COLUMNS = ("system", "collective", "algorithm", "size_bytes", "metric", "value_GBps", "source", "note")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+METRICS = ("busbw", "nvlink_bw", "rdma_bw")
+TARGET_BLIND, TARGET_CALIBRATED = 0.15, 0.07
+RIDGE = 1e-3                 # on the log scales: a 2x scale costs as much as a 2 % misfit
+_ONE = {a: np.eye(4, dtype=np.float32)[i] for i, a in enumerate(("ring", "direct", "tree", "hierarchical"))}
+
+
+@dataclass
+class Row:
+    system: str
+    collective: str
+    algorithm: str
+    size_bytes: float
+    metric: str
+    value_GBps: float
+    source: str
+    note: str = ""
+    train: bool = True
+    blind_s: float = float("nan")
+    calibrated_s: float = float("nan")
+
+
+@dataclass
+class Dataset:
+    name: str
+    path: Path
+    rows: list[Row] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------- loading
+
+def load_datasets(folder: str | Path | None = None) -> list[Dataset]:
+    """Every CSV of `folder` (default data/measurements), checked: one clear error per problem."""
+    folder = Path(folder) if folder else MEASUREMENTS
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "", "no such folder of measurements")
+    out = []
+    for path in sorted(folder.glob("*.csv")):
+        ds = Dataset(path.stem, path)
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(str(path), missing[0], f"column is missing; a dataset has columns {', '.join(COLUMNS)}")
+            for i, raw in enumerate(reader, start=2):
+                ds.rows.append(_row(raw, f"{path}:{i}"))
+        if not ds.rows:
+            raise ConfigError(str(path), "", "holds no rows")
+        out.append(ds)
+    if not out:
+        raise ConfigError(str(folder), "", "holds no *.csv datasets")
+    return out
+
+
+def _row(raw: dict, where: str) -> Row:
+    def num(key):
+        try:
+            v = float(raw[key])
+        except (TypeError, ValueError):
+            raise ConfigError(where, key, f"must be a number, got {raw[key]!r}") from None
+        if not (v > 0 and math.isfinite(v)):
+            raise ConfigError(where, key, f"must be a positive finite number, got {raw[key]!r}")
+        return v
+    if raw["collective"] not in COLLECTIVES:
+        raise ConfigError(where, "collective", f"is {raw['collective']!r}; allowed: {', '.join(COLLECTIVES)}")
+    if raw["metric"] not in METRICS:
+        raise ConfigError(where, "metric", f"is {raw['metric']!r}; allowed: {', '.join(METRICS)}")
+    if not (raw.get("source") or "").strip():
+        raise ConfigError(where, "source", "is empty: every measurement names where it was published")
+    return Row(raw["system"], raw["collective"], raw["algorithm"], num("size_bytes"), raw["metric"],
+               num("value_GBps"), raw["source"], raw.get("note") or "")
+
+
+# ----------------------------------------------------------------------------------- the model
+
+def _bus_factor(collective: str, n: int) -> float:
+    return 2.0 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
+
+
+def _a2a_volumes(system, V):
+    """[D, K] bytes each device sends to / receives from peers first reached at level l, for V
+    bytes spread evenly over all n ranks; and the bytes of the inner / outer links."""
+    n = system.num_chips
+    first = np.asarray([s - p for s, p in zip([lv.size for lv in system.levels],
+                                                [1] + [lv.size for lv in system.levels][:-1])], np.float32)
+    vol = np.broadcast_to(V * first / n, (n, len(first))).astype(np.float32)
+    return vol, float(V * first[0] / n), float(V * first[1:].sum() / n)
+
+
+def _bottleneck_bytes(row: Row, system) -> float:
+    """The bytes the row's metric divides by its time."""
+    n = system.num_chips
+    if row.metric == "busbw":
+        return float(row.size_bytes * _bus_factor(row.collective, n))
+    _, inner, outer = _a2a_volumes(system, row.size_bytes)
+    return inner if row.metric == "nvlink_bw" else outer
+
+
+def measured_seconds(row: Row, system) -> float:
+    return _bottleneck_bytes(row, system) / (row.value_GBps * 1e9)
+
+
+def model_seconds(row: Row, system, latency_scale=1.0, bandwidth_scale=1.0):
+    """The model's time for the row (jnp scalar; differentiable in the two scales)."""
+    net = coll.make_net(system, 0.0)
+    net = dataclasses.replace(
+        net, alpha=[a * latency_scale for a in net.alpha], setup_s=net.setup_s * latency_scale,
+        bw=[b * bandwidth_scale for b in net.bw], link_bw={k: v * bandwidth_scale for k, v in net.link_bw.items()})
+    top = len(system.levels) - 1
+    S = jnp.float32(row.size_bytes)
+    if row.collective == "all_to_all":
+        vol, _, _ = _a2a_volumes(system, row.size_bytes)
+        algo = "hierarchical" if top > 0 else "direct"
+        v = jnp.asarray(vol)
+        return coll.all_to_all(net, v, v, jnp.asarray(_ONE[algo]), jnp.max)
+    probs = jnp.asarray(_ONE["ring"])
+    fn = {"all_reduce": coll.all_reduce, "all_gather": coll.all_gather, "reduce_scatter": coll.reduce_scatter}
+    return fn[row.collective](net, S, 0, top, probs)
+
+
+def split(rows: list[Row]) -> None:
+    """Fit on every other row by message size (then by system, collective, algorithm); judge on the rest."""
+    order = sorted(rows, key=lambda r: (r.size_bytes, r.system, r.collective, r.algorithm))
+    for i, r in enumerate(order):
+        r.train = i % 2 == 0
+
+
+def geomean_error(pred, meas) -> float:
+    r = np.abs(np.log(np.asarray(pred, np.float64) / np.asarray(meas, np.float64)))
+    return float(np.exp(r.mean()) - 1.0) if r.size else float("nan")
+
+
+def validate_dataset(ds: Dataset, iterations: int = 300) -> dict:
+    systems = {name: load_system(name) for name in {r.system for r in ds.rows}}
+    split(ds.rows)
+    meas = np.asarray([measured_seconds(r, systems[r.system]) for r in ds.rows])
+
+    def predict(theta):
+        lam, eta = jnp.exp(theta[0]), jnp.exp(theta[1])
+        return jnp.stack([model_seconds(r, systems[r.system], lam, eta) for r in ds.rows])
+
+    blind = np.asarray(jax.jit(predict)(jnp.zeros(2)))
+    train = jnp.asarray([r.train for r in ds.rows], jnp.float32)
+    y = jnp.log(jnp.asarray(meas, jnp.float32))
+
+    def loss(theta):   # a weak pull to the preset (scale 1): a scale the fit rows cannot see stays put
+        e = jnp.log(predict(theta)) - y
+        return jnp.sum(train * e * e) / jnp.sum(train) + RIDGE * jnp.sum(theta * theta)
+
+    opt = optax.adam(0.05)
+
+    @jax.jit
+    def fit(theta):
+        def body(carry, _):
+            th, st = carry
+            g = jax.grad(loss)(th)
+            u, st = opt.update(g, st, th)
+            return (optax.apply_updates(th, u), st), None
+        (th, _), _ = jax.lax.scan(body, (theta, opt.init(theta)), None, length=iterations)
+        return th
+    theta = fit(jnp.zeros(2))
+    cal = np.asarray(jax.jit(predict)(theta))
+    for r, b, c in zip(ds.rows, blind, cal):
+        r.blind_s, r.calibrated_s = float(b), float(c)
+    held = np.asarray([not r.train for r in ds.rows])
+    rows = []
+    for r, m in zip(ds.rows, meas):
+        bb = _bottleneck_bytes(r, systems[r.system])
+        rows.append({"system": r.system, "collective": r.collective, "algorithm": r.algorithm, "size_bytes": r.size_bytes,
+                     "metric": r.metric, "measured_GBps": r.value_GBps, "blind_GBps": bb / r.blind_s / 1e9,
+                     "calibrated_GBps": bb / r.calibrated_s / 1e9, "measured_s": float(m), "blind_s": r.blind_s,
+                     "calibrated_s": r.calibrated_s, "blind_err": r.blind_s / m - 1.0,
+                     "calibrated_err": r.calibrated_s / m - 1.0, "split": "fit" if r.train else "held_out",
+                     "modelled_as": _modelled_as(r, systems[r.system]), "source": r.source})
+    return {"dataset": ds.name, "file": str(ds.path), "rows": rows,
+            "blind_geomean_err": geomean_error(blind, meas),
+            "blind_max_err": float(np.max(np.abs(blind / meas - 1.0))),
+            "calibrated_geomean_err": geomean_error(cal[held], meas[held]) if held.any() else float("nan"),
+            "calibrated_max_err": float(np.max(np.abs(cal[held] / meas[held] - 1.0))) if held.any() else float("nan"),
+            "latency_scale": float(np.exp(theta[0])), "bandwidth_scale": float(np.exp(theta[1])),
+            "n_fit": int(sum(r.train for r in ds.rows)), "n_held_out": int(held.sum())}
+
+
+def _modelled_as(r: Row, system) -> str:
+    if r.collective == "all_to_all":
+        return "hierarchical all-to-all" if len(system.levels) > 1 else "direct all-to-all"
+    levels = "+".join(lv.name for lv in system.levels)
+    note = " (NVLS not modelled)" if r.algorithm == "nvls" else ""
+    return f"ring {r.collective.replace('_', '-')} over {levels}{note}"
+
+
+def validate(folder: str | Path | None = None, datasets: list[str] | None = None) -> dict:
+    """Blind and calibrated error of every dataset; see the module docstring."""
+    sets = load_datasets(folder)
+    if datasets:
+        known = {d.name for d in sets}
+        bad = [d for d in datasets if d not in known]
+        if bad:
+            raise ConfigError(str(folder or MEASUREMENTS), "dataset", f"{bad[0]!r} is not a dataset; known: {', '.join(sorted(known))}")
+        sets = [d for d in sets if d.name in datasets]
+    results = [validate_dataset(d) for d in sets]
+    return {"datasets": results, "targets": {"blind_geomean": TARGET_BLIND, "calibrated_geomean": TARGET_CALIBRATED}}
+
+
+def format_report(rep: dict, rows: bool = True) -> str:
+    lines = [f"{'dataset':<36} {'rows':>4} {'blind':>8} {'max':>8}   {'calibrated':>10} {'max':>8}   latency x  bandwidth x"]
+    for d in rep["datasets"]:
+        ok_b = "" if d["blind_geomean_err"] <= TARGET_BLIND else " !"
+        ok_c = "" if d["calibrated_geomean_err"] <= TARGET_CALIBRATED else " !"
+        lines.append(f"{d['dataset']:<36} {len(d['rows']):>4} {100 * d['blind_geomean_err']:>7.1f}%{ok_b:2}"
+                     f"{100 * d['blind_max_err']:>6.0f}%   {100 * d['calibrated_geomean_err']:>9.1f}%{ok_c:2}"
+                     f"{100 * d['calibrated_max_err']:>6.0f}%   {d['latency_scale']:>9.3g}  {d['bandwidth_scale']:>11.3g}")
+    lines.append(f"geometric-mean relative error of the time; blind: every row, calibrated: held-out rows after "
+                 f"fitting latency and bandwidth scales on the others; ! misses the target "
+                 f"({100 * TARGET_BLIND:.0f} % blind, {100 * TARGET_CALIBRATED:.0f} % calibrated)")
+    if rows:
+        for d in rep["datasets"]:
+            lines.append("")
+            lines.append(f"{d['dataset']}  ({d['file']})")
+            lines.append(f"  {'system':<10} {'collective':<15} {'algorithm':<9} {'size':>10} {'metric':<9} {'measured':>9} "
+                         f"{'blind':>9} {'err':>7} {'calibr.':>9} {'err':>7}  split")
+            for r in d["rows"]:
+                lines.append(f"  {r['system']:<10} {r['collective']:<15} {r['algorithm']:<9} {_size(r['size_bytes']):>10} "
+                             f"{r['metric']:<9} {r['measured_GBps']:>8.4g}  {r['blind_GBps']:>8.4g} {100 * r['blind_err']:>6.1f}% "
+                             f"{r['calibrated_GBps']:>8.4g} {100 * r['calibrated_err']:>6.1f}%  {r['split']}")
+        lines.append("")
+        lines.append("GB/s in each row's metric (nccl-tests bus bandwidth, or DeepEP's bottleneck link bandwidth); "
+                     "err: predicted / measured time - 1")
+    return "\n".join(lines)
+
+
+def _size(b: float) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= f:
+            return f"{b / f:.4g} {unit}"
+    return f"{b:.0f} B"
