@@ -1,0 +1,379 @@
+"""perfmodel's plan search side by side with TorchRec's own planner (issue 3, deliverable 5).
+
+    bash benchmarks/torchrec_env.sh                              # once: .venv-torchrec/ with torch (CPU) + torchrec
+    .venv-torchrec/bin/python benchmarks/vs_torchrec.py          # all cases (TorchRec plans the 300-table one for ~20 min on 2 cores)
+    .venv-torchrec/bin/python benchmarks/vs_torchrec.py --cases mlperf-16 --budget-s 30
+
+For the same tables and topology, per case:
+  1. TorchRec's `EmbeddingShardingPlanner(topology, batch_size).plan(ebc, [EmbeddingBagCollectionSharder()])`
+     on an `EmbeddingBagCollection` on the meta device, every table's pooling factor given as a
+     `ParameterConstraints(pooling_factors=[pooling])`. Topology: world_size = chips, local_world_size
+     = chips per host, hbm_cap = the chip's HBM, compute_device="cuda" so that TorchRec's own defaults
+     apply (HBM 897 GiB/s, intra-host 600 GiB/s, cross-host 12.5 GiB/s): it only plans, no kernel runs.
+     batch_size = global batch / world size (per rank), as TorchRec expects.
+  2. perfmodel's `pm.search(system, model, method="gradient", seed=0, budget_s=...)`, three times: cold
+     (wall time with compilation, the first search of this problem shape in the process), a second call
+     (which may still compile what the first skipped), and a third, the warm-cache figure.
+  3. Both plans evaluated both ways:
+     - perfmodel's step time (`pm.evaluate`). TorchRec's plan is imported per table (sharding type +
+       ranks + kernel; see `import_torchrec_plan` for what is lossy); TorchRec's plan says nothing about
+       dense parallelism, collective algorithms, buckets, chunks or pipelining, so those are given the
+       best values for its table placement (perfmodel.search.greedy._best_settings: every combination
+       evaluated, the fastest kept), i.e. the most favourable reading of TorchRec's plan.
+     - TorchRec's estimate: TorchRec's `NoopPerfModel.rate` = max over ranks of the sum of its shards'
+       `perf.total` (ms), the number its planner minimizes. For TorchRec's plan: on the planner's chosen
+       ShardingOptions. For perfmodel's plan: perfmodel's per-table choice is exported as constraints
+       (one sharding type, one kernel, column-wise shard width dim / k) to TorchRec's `EmbeddingEnumerator`,
+       whose estimators (EmbeddingPerfEstimator, EmbeddingStorageEstimator) fill in every shard's perf and
+       storage; the shards get perfmodel's ranks and the same NoopPerfModel rates them. TorchRec's plan is
+       sent through the same round trip (import to perfmodel, export back) as a check of the mapping.
+     - A fourth row: perfmodel's search started from TorchRec's plan (`start=`), what perfmodel would change.
+     - HBM: the largest per-rank HBM TorchRec's storage estimator gives, against TorchRec's per-rank budget
+       after its HeuristicalStorageReservation (15 %).
+Targets (issue 3): planning >= 10x faster than TorchRec's planner (perfmodel's time with compilation; the
+warm time is shown too) and a plan whose TorchRec-estimated cost is no worse than TorchRec's own choice.
+Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CASES = {
+    # name: (model, system, description)
+    "mlperf-16": ("dlrm-dcnv2-mlperf", "h100-16", "MLPerf DLRM-DCNv2 tables, 2 hosts x 8 H100"),
+    "mlperf-64": ("dlrm-dcnv2-mlperf", "h100-64", "MLPerf DLRM-DCNv2 tables, 8 hosts x 8 H100"),
+    "synthetic-300": ("synthetic-300", "h100-64", "300 synthetic tables (perfmodel.generator), 8 hosts x 8 H100"),
+}
+SYNTHETIC = dict(seed=0, num_tables=300, total_params=2.5e10)   # 100 GB of fp32 weights, heavy-tailed rows/pooling
+
+
+def _need_torchrec():
+    try:
+        import torch  # noqa: F401
+        import torchrec  # noqa: F401
+        from torchrec.distributed.planner import EmbeddingShardingPlanner  # noqa: F401
+    except Exception as err:        # ImportError, or a torch/fbgemm load failure
+        print(f"vs_torchrec: TorchRec's planner cannot be imported here ({type(err).__name__}: {err}).\n"
+              "It needs its own environment: run `bash benchmarks/torchrec_env.sh` (torch CPU wheel, then "
+              "torchrec and fbgemm-gpu-cpu --no-deps and their planner imports), then\n"
+              "  .venv-torchrec/bin/python benchmarks/vs_torchrec.py", file=sys.stderr)
+        sys.exit(2)
+
+
+# ------------------------------------------------------------------------------------------- models
+
+def synthetic_model(seed: int, num_tables: int, total_params: float):
+    """A ranking model over `num_tables` synthetic tables: the MLPerf dense part over their concatenation."""
+    from perfmodel.generator import synthetic_embeddings
+    from perfmodel.workload import parse_model
+
+    g = synthetic_embeddings(seed=seed, num_tables=num_tables, total_params=total_params)
+    width = int(sum(g["dim"])) + 128                # pooled embeddings + the bottom MLP's output
+    data = {
+        "name": f"synthetic-{num_tables}", "description": "vs_torchrec: synthetic tables, MLPerf-like dense part",
+        "global_batch": 65536, "dense_dtype": "bf16", "param_bytes": 4, "activation_bytes": 2,
+        "dense_optimizer": "adagrad",
+        "embeddings": {"bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+                       "rows": g["rows"], "dim": g["dim"], "pooling": g["pooling"],
+                       "access_skew": g["access_skew"], "names": g["names"]},
+        "dense": {"layers": [
+            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [512, 256, 128]},
+            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": width, "widths": [1024, 1024, 512, 256, 1]},
+        ]},
+    }
+    return parse_model(data, "vs_torchrec synthetic model")
+
+
+def load_case(name: str):
+    import perfmodel as pm
+    model_name, system_name, desc = CASES[name]
+    model = synthetic_model(**SYNTHETIC) if model_name == "synthetic-300" else pm.load_model(model_name)
+    return pm.load_system(system_name), model, desc
+
+
+# ------------------------------------------------------------------------------------------ TorchRec side
+
+class TorchRecSide:
+    """TorchRec's view of one (system, model): its module, topology, planner and estimators."""
+
+    def __init__(self, system, model):
+        import torch
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import ParameterConstraints, Topology
+
+        tb = model.tables
+        self.names = list(tb.names)
+        self.rows = np.asarray(tb.rows).astype(int)
+        self.dims = np.asarray(tb.dim).astype(int)
+        self.pool = np.asarray(tb.pooling, np.float64)
+        self.world = system.num_chips
+        self.local = system.chips_per_host
+        self.batch = int(float(model.global_batch)) // self.world
+        configs = [EmbeddingBagConfig(name=n, embedding_dim=int(d), num_embeddings=int(r), feature_names=[f"f_{n}"])
+                   for n, r, d in zip(self.names, self.rows, self.dims)]
+        self.module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+        self.sharders = [EmbeddingBagCollectionSharder()]
+        self.topology = Topology(world_size=self.world, compute_device="cuda", local_world_size=self.local,
+                                 hbm_cap=int(float(system.chip.hbm_bytes)))
+        self.constraints = {n: ParameterConstraints(pooling_factors=[float(p)]) for n, p in zip(self.names, self.pool)}
+
+    def plan(self, timeout_s: int | None):
+        """Run TorchRec's planner; returns (its ShardingOptions, wall seconds, proposals)."""
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        planner = EmbeddingShardingPlanner(topology=self.topology, batch_size=self.batch,
+                                           constraints=self.constraints, debug=False, timeout_seconds=timeout_s)
+        t0 = time.perf_counter()
+        planner.plan(self.module, self.sharders)
+        wall = time.perf_counter() - t0
+        self.reserved = planner._storage_reservation.reserve(
+            topology=self.topology, batch_size=self.batch, module=self.module, sharders=self.sharders,
+            constraints=self.constraints)
+        return planner._best_plan, wall, planner._num_proposals
+
+    def rate(self, options) -> float:
+        """TorchRec's estimate of a placed plan (ms): max over ranks of the sum of shard perf totals."""
+        from torchrec.distributed.planner.perf_models import NoopPerfModel
+        return float(NoopPerfModel(topology=self.topology).rate(plan=options))
+
+    def hbm(self, options) -> tuple[float, float]:
+        """(largest per-rank HBM of the plan's shards, TorchRec's per-rank HBM budget), bytes."""
+        used = np.zeros(self.world)
+        for so in options:
+            for s in so.shards:
+                used[s.rank] += s.storage.hbm
+        return float(used.max()), float(min(d.storage.hbm for d in self.reserved.devices))
+
+    def options_for(self, plan):
+        """TorchRec ShardingOptions (perf and storage estimated by TorchRec) of a perfmodel Plan."""
+        from torchrec.distributed.planner import ParameterConstraints
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+        from torchrec.distributed.types import CacheParams
+
+        cons, want = {}, {}
+        for i, n in enumerate(self.names):
+            tp = plan.tables[n]
+            st, k = tp.sharding_type, len(tp.ranks)
+            kernel = "dense" if st == "data_parallel" else ("fused" if tp.cache_ratio >= 1 else "fused_uvm_caching")
+            cons[n] = ParameterConstraints(
+                sharding_types=[st], compute_kernels=[kernel], pooling_factors=[float(self.pool[i])],
+                min_partition=int(self.dims[i]) // k if st == "column_wise" else None,
+                cache_params=CacheParams(load_factor=float(tp.cache_ratio)) if kernel == "fused_uvm_caching" else None)
+            want[n] = (st, kernel)
+        enum = EmbeddingEnumerator(topology=self.topology, batch_size=self.batch, constraints=cons)
+        options = [so for so in enum.enumerate(self.module, self.sharders)
+                   if (so.sharding_type, so.compute_kernel) == want[so.name]]
+        assert sorted(so.name for so in options) == sorted(self.names), "one TorchRec option per table expected"
+        for so in options:
+            tp = plan.tables[so.name]
+            st = so.sharding_type
+            if st in ("data_parallel", "row_wise"):
+                ranks = list(range(len(so.shards)))
+            else:           # table_wise: [r]; column_wise: shard j on ranks[j]; table_row_wise: the domain's ranks
+                ranks = sorted(tp.ranks)
+            assert len(ranks) == len(so.shards), (so.name, st, len(ranks), len(so.shards))
+            for s, r in zip(so.shards, ranks):
+                s.rank = int(r)
+        return options
+
+
+def import_torchrec_plan(options, system, model):
+    """TorchRec's ShardingOptions as a perfmodel Plan (table placements; settings chosen by perfmodel).
+
+    Faithful: data_parallel, table_wise, row_wise (every rank), table_row_wise (TorchRec's host of
+    local_world_size ranks = perfmodel's scale-up domain; both 8 on H100), column_wise shards on distinct
+    ranks. Lossy, counted in the returned notes:
+      - column_wise / table_column_wise with several shards on one rank: perfmodel's column_wise holds one
+        shard of dim / k per rank, so the shards on a rank are merged (the same bytes and lookups, fewer
+        kernel launches); all shards on one rank (or a single shard) -> table_wise on it. Uneven shard
+        counts per rank are spread evenly by perfmodel.
+      - table_column_wise (TorchRec's column shards kept inside one host, their outputs sent host-first)
+        -> column_wise on the same ranks: the placement is the same; perfmodel's all-to-all algorithm is
+        one plan-wide choice, not per table. TorchRec's estimator prices TWCW and CW/TW differently, which
+        the round trip (TorchRec -> perfmodel -> TorchRec estimate) shows.
+      - row_wise: TorchRec's row blocks are ceil(rows / world) (the last ranks hold fewer); perfmodel
+        splits rows evenly.
+      - fused_uvm_caching -> cache_ratio = the table's load factor (TorchRec's default 0.2 if none);
+        fused_uvm (no cache) -> cache_ratio 0.01, perfmodel's smallest meaningful ratio.
+    """
+    from perfmodel import Plan, TablePlan
+    from perfmodel.search.greedy import _best_settings
+    from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
+
+    dims = dict(zip(model.tables.names, np.asarray(model.tables.dim).astype(int)))
+    D = system.num_chips
+    tables, lossy = {}, Counter()
+    for so in options:
+        st, ranks = so.sharding_type, [int(s.rank) for s in so.shards]
+        distinct = sorted(set(ranks))
+        if so.compute_kernel == "fused_uvm_caching":
+            lf = so.cache_params.load_factor if so.cache_params and so.cache_params.load_factor else UVM_CACHING_RATIO
+            cache = float(lf)
+            lossy["fused_uvm_caching -> cache_ratio"] += 1
+        elif so.compute_kernel == "fused_uvm":
+            cache = 0.01
+            lossy["fused_uvm -> cache_ratio 0.01"] += 1
+        else:
+            cache = 1.0
+        if st == "data_parallel":
+            tp = TablePlan("data_parallel", list(range(D)), 1.0)
+        elif st == "table_wise":
+            tp = TablePlan("table_wise", distinct, cache)
+        elif st == "row_wise":
+            tp = TablePlan("row_wise", list(range(D)), cache)
+            if len({s.size[0] for s in so.shards}) > 1:
+                lossy["row_wise: uneven row blocks -> even"] += 1
+        elif st == "table_row_wise":
+            tp = TablePlan("table_row_wise", distinct, cache)
+        elif st in ("column_wise", "table_column_wise"):
+            if len(distinct) == 1:
+                tp = TablePlan("table_wise", distinct, cache)
+                lossy[f"{st}, {len(ranks)} shard(s) on one rank -> table_wise"] += 1
+            else:
+                lossy[f"{st} over {len(distinct)} ranks -> column_wise"] += st == "table_column_wise"
+                if len(ranks) != len(distinct):
+                    lossy["several column shards on one rank -> merged"] += 1
+                if dims[so.name] % len(distinct):
+                    raise ValueError(f"{so.name}: {len(distinct)} ranks do not divide dim {dims[so.name]}")
+                tp = TablePlan("column_wise", distinct, cache)
+        else:
+            raise ValueError(f"{so.name}: TorchRec sharding type {st!r} has no perfmodel counterpart")
+        tables[so.name] = tp
+    base = Plan(tables={n: tables[n] for n in model.tables.names},
+                offload=bool(float(system.offload.engines) > 0))
+    return _best_settings(system, model, base), lossy
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+def kinds(plan) -> str:
+    c = Counter(t.sharding_type for t in plan.tables.values())
+    short = {"data_parallel": "DP", "table_wise": "TW", "column_wise": "CW", "row_wise": "RW", "table_row_wise": "TWRW"}
+    return " ".join(f"{short[k]} {v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1]))
+
+
+def torchrec_kinds(options) -> str:
+    c = Counter((so.sharding_type, len({s.rank for s in so.shards}) if so.sharding_type.endswith("column_wise") else 0)
+                for so in options)
+    return ", ".join(f"{st}{f'({k} ranks)' if k else ''} {v}" for (st, k), v in sorted(c.items(), key=lambda kv: -kv[1]))
+
+
+def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int) -> dict:
+    import perfmodel as pm
+
+    system, model, desc = load_case(name)
+    tr = TorchRecSide(system, model)
+    T, D = model.tables.count, system.num_chips
+    print(f"\n=== {name}: {desc}")
+    print(f"    {model.name}: {T} tables, {int(tr.rows.sum()):,} rows; {system.name}: {D} ranks "
+          f"({D // tr.local} hosts x {tr.local}); global batch {int(float(model.global_batch)):,} "
+          f"({tr.batch:,} per rank); TorchRec HBM cap {float(system.chip.hbm_bytes) / 2**30:.1f} GiB/rank", flush=True)
+
+    # perfmodel: cold (compile included), then the same call twice more in this process. The second call
+    # may still compile: a first call that skipped the relaxed gradient step (too little budget left for
+    # its compile) leaves it uncompiled. The third is the warm-cache figure.
+    note = lambda r: {k: v for k, v in r.notes.items() if k in ("gradient_steps", "gradient_skipped")}
+    cold = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s)
+    second = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s)
+    warm = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s)
+    print(f"    perfmodel gradient search, budget {budget_s:g} s: cold {cold.wall_s:.2f} s {note(cold)}; "
+          f"2nd call {second.wall_s:.2f} s {note(second)}; 3rd call (warm) {warm.wall_s:.2f} s {note(warm)}",
+          flush=True)
+
+    # TorchRec's planner
+    with _quiet():
+        options, tr_wall, proposals = tr.plan(timeout_s)
+    print(f"    TorchRec planner: {tr_wall:.2f} s, {proposals} proposals; {torchrec_kinds(options)}", flush=True)
+
+    tr_plan, lossy = import_torchrec_plan(options, system, model)
+    bd_tr = pm.evaluate(system, model, tr_plan)
+    # perfmodel refining TorchRec's plan (its placement as the start): what perfmodel changes, and what
+    # TorchRec's estimator thinks of the change
+    refined = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, start=tr_plan)
+    with _quiet():
+        roundtrip = tr.rate(tr.options_for(tr_plan))
+        est = {key: tr.options_for(r.plan) for key, r in (("cold", cold), ("warm", warm), ("refined", refined))}
+    rate_tr = tr.rate(options)
+    rate_pm = tr.rate(est["cold"])
+    hbm_tr, budget = tr.hbm(options)
+    rows = [("TorchRec planner", tr_wall, float(bd_tr.step_s), bool(bd_tr.feasible), rate_tr, hbm_tr, kinds(tr_plan))]
+    for label, key, r in (("perfmodel gradient, cold", "cold", cold), ("perfmodel gradient, warm", "warm", warm),
+                          ("perfmodel from TorchRec's", "refined", refined)):
+        rows.append((label, r.wall_s, r.step_s, r.feasible, tr.rate(est[key]), tr.hbm(est[key])[0], kinds(r.plan)))
+    print(f"    {'plan':<26}{'planning wall':>14}{'perfmodel step':>16}{'TorchRec est.':>15}{'TorchRec HBM max':>18}  sharding types (as perfmodel reads them)")
+    for label, wall, step, feas, rate, hbm, kk in rows:
+        print(f"    {label:<26}{wall:>12.2f} s{step * 1e3:>13.3f} ms{rate:>12.3f} ms{hbm / 2**30:>11.1f} GiB"
+              f"{'' if hbm <= budget else ' OVER'}  {kk}{'' if feas else '  (perfmodel: INFEASIBLE)'}")
+    print(f"    TorchRec per-rank HBM budget after its 15 % reservation: {budget / 2**30:.1f} GiB. "
+          f"TorchRec's plan round-tripped through perfmodel and back: TorchRec est. {roundtrip:.3f} ms "
+          f"(planner's own: {rate_tr:.3f} ms)")
+    print(f"    lossy in importing TorchRec's plan: {dict(lossy) if lossy else 'nothing'}")
+    speed_cold, speed_warm = tr_wall / cold.wall_s, tr_wall / warm.wall_s
+    ok_speed = speed_cold >= 10.0
+    rate_warm = tr.rate(est["warm"])
+    ok_cost = rate_pm <= rate_tr * (1 + 1e-9)
+    print(f"    target planning >= 10x faster: {'PASS' if ok_speed else 'MISS'} "
+          f"(TorchRec {tr_wall:.2f} s / perfmodel cold {cold.wall_s:.2f} s = {speed_cold:.2f}x; warm {speed_warm:.2f}x)")
+    print(f"    target TorchRec-estimated cost no worse than TorchRec's choice: {'PASS' if ok_cost else 'MISS'} "
+          f"for the cold search's plan ({rate_pm:.3f} ms vs {rate_tr:.3f} ms, {100 * (rate_pm / rate_tr - 1):+.1f} %), "
+          f"{'PASS' if rate_warm <= rate_tr * (1 + 1e-9) else 'MISS'} for the warm one ({rate_warm:.3f} ms, "
+          f"{100 * (rate_warm / rate_tr - 1):+.1f} %); perfmodel's step, cold plan vs TorchRec's plan: "
+          f"{cold.step_s * 1e3:.3f} ms vs {float(bd_tr.step_s) * 1e3:.3f} ms "
+          f"({100 * (cold.step_s / float(bd_tr.step_s) - 1):+.1f} %)", flush=True)
+    return dict(case=name, speed=speed_cold, cost_ok=ok_cost)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """TorchRec's planner logs a warning per data-parallel table and a FutureWarning per planner."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    ap.add_argument("--budget-s", type=float, default=30.0, help="perfmodel search budget per case, s (default 30)")
+    ap.add_argument("--torchrec-timeout-s", type=int, default=None,
+                    help="cap TorchRec's planner (its timeout_seconds); default: no cap")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    cases = [c for c in args.cases.split(",") if c]
+    bad = [c for c in cases if c not in CASES]
+    if bad:
+        ap.error(f"unknown case {bad[0]!r}; known: {', '.join(CASES)}")
+    _need_torchrec()
+    logging.getLogger().setLevel(logging.ERROR)
+    for lg in ("torchrec", "root"):
+        logging.getLogger(lg).setLevel(logging.ERROR)
+    import jax
+    import torch
+    import torchrec
+    print(f"vs_torchrec: torch {torch.__version__}, torchrec {getattr(torchrec, '__version__', '?')}, "
+          f"jax {jax.__version__} ({jax.default_backend()}), {os.cpu_count()} CPU cores, "
+          f"load {os.getloadavg()[0]:.2f}; perfmodel budget {args.budget_s:g} s")
+    results = [run_case(c, args.budget_s, args.torchrec_timeout_s, args.seed) for c in cases]
+    print("\nsummary:")
+    for r in results:
+        print(f"  {r['case']:<15} planning speed-up {r['speed']:.2f}x ({'PASS' if r['speed'] >= 10 else 'MISS'}); "
+              f"TorchRec-estimated cost no worse: {'PASS' if r['cost_ok'] else 'MISS'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
