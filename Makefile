@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/perfmodel evaluate --system mtia300-64 --model dlrm-dcnv2-mlperf
-	$(BIN)/perfmodel evaluate --system h100-64 --model dlrm-dcnv2-mlperf
+	$(BIN)/perfmodel search --system mtia300-64 --model dlrm-dcnv2-mlperf --budget-s 30 --compare greedy,evolutionary
+	$(BIN)/perfmodel search --system h100-64 --model dlrm-dcnv2-mlperf --budget-s 30 --method greedy
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests

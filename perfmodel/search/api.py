@@ -12,6 +12,7 @@ the search finishes within its budget (`converged`); a budget cut depends on the
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +53,37 @@ class SearchResult:
         """Free fraction of usable HBM on the fullest device."""
         mem = float(np.max(np.asarray(self.breakdown.memory_bytes)))
         return 1.0 - mem / float(self.breakdown.capacity_bytes)
+
+
+class _Progress:
+    """A tqdm bar over the wall-clock budget, ticking from a light background thread (the search's
+    work is long XLA calls that cannot report progress themselves)."""
+
+    def __init__(self, enabled: bool, budget_s: float | None, desc: str):
+        self.enabled = enabled and budget_s is not None
+        self.budget, self.desc, self.t0 = budget_s, desc, time.time()
+
+    def __enter__(self):
+        if self.enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
+            self.stop = threading.Event()
+            self.thread = threading.Thread(target=self._tick, daemon=True)
+            self.thread.start()
+        return self
+
+    def _tick(self):
+        while not self.stop.wait(0.5):
+            self.bar.n = min(time.time() - self.t0, self.budget)
+            self.bar.refresh()
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
+            self.bar.close()
+        return False
 
 
 def _check(method: str, budget_s, restarts: int, precisions) -> None:
@@ -96,8 +128,17 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
         return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
                             samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible), wall_s=time.time() - t0,
                             seed=seed, converged=False, notes={"co_design": info}, system=sys_v)
+    with _Progress(progress, budget_s, f"search {method}"):
+        return _search(system, model, method, seed=seed, budget_s=budget_s, restarts=restarts, steps=steps,
+                       precisions=precisions, sharding_types=sharding_types, freeze_settings=freeze_settings,
+                       start=start)
+
+
+def _search(system, model, method, *, seed, budget_s, restarts, steps, precisions, sharding_types,
+            freeze_settings, start) -> SearchResult:
     t0 = time.time()
-    deadline = t0 + (budget_s if budget_s is not None else 1e9)
+    # leave room for the final evaluation and a last round of moves inside the budget
+    deadline = t0 + (0.9 * budget_s - 0.5 if budget_s is not None else 1e9)
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
     if bad or not sharding_types:
         raise ConfigError("", "sharding_types", f"{bad or sharding_types!r}: allowed {', '.join(SHARDING_TYPES)}")
