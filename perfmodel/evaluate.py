@@ -212,7 +212,7 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     extra = x_bf + x_prev + x_tf + x_tb + x_bb + x_ef
     compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + t_opt
     compute = compute_plain + extra
-    comm_busy = c_in + c_ag + c_out_eff + c_gout_eff + c_sync
+    comm_busy = c_in + c_out_eff + c_gout_eff + c_sync          # c_sync holds the parameter all-gathers
     step = mx(mx(dmax(opt_end), comm_busy), dmax(compute))
 
     # ---------------------------------------------------------------- memory

@@ -10,31 +10,23 @@ from perfmodel.cli import main
 from test_presets import uncited
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cal") / "my_chip.toml"
-    csv = out.with_suffix(".csv")
+def test_calibrate_fits_through_the_model_and_writes_a_valid_preset(tmp_path, capsys):
+    """One run (it measures in a subprocess, then fits): everything about its result."""
+    out, csv = tmp_path / "my_chip.toml", tmp_path / "my_chip.csv"
     rep = cal.calibrate(out, grid="tiny", measurements_out=csv, command="pytest tests/test_calibrate.py",
                         log=lambda m: None)
-    return out, csv, rep
-
-
-def test_the_fitted_chip_is_a_valid_preset_with_sources(calibrated):
-    out, _, rep = calibrated
+    # the chip file: a valid preset, a source on every number
     chip = pm.load_chip(out)
     assert chip.name == "my_chip"
-    bad, checked = uncited(out.read_text())
-    assert not bad and checked >= 30
     text = out.read_text()
+    bad, checked = uncited(text)
+    assert not bad and checked >= 30
     assert text.count("# source: calibrated") >= 6 and "pytest tests/test_calibrate.py" in text
     assert rep["device"] in text and rep["date"] in text
     for key in ("peak_fp32_flops", "matmul_half_flop", "hbm_Bps", "gather_eff_max", "gather_half_row_bytes", "launch_s"):
         assert np.isfinite(rep["fitted"][key]) and rep["fitted"][key] > 0, key
     assert 0 < rep["fitted"]["gather_eff_max"] <= 1
-
-
-def test_report_has_held_out_errors_per_kind(calibrated):
-    _, csv, rep = calibrated
+    # the report: train and held-out errors for every kind
     for kind in ("memory", "matmul", "embedding", "step"):
         for part in ("train", "held_out"):
             e = rep["errors"][f"{kind}/{part}"]
@@ -42,26 +34,25 @@ def test_report_has_held_out_errors_per_kind(calibrated):
     ms = rep["measurements"]
     assert {m["split"] for m in ms} == {"train", "held_out"}
     assert all(m["measured_s"] > 0 and m["predicted_s"] > 0 for m in ms)
-    # the fit went through the model: training steps land within a factor 2 on this tiny grid
+    # the fit went through the model: the training step lands within a factor 2 on this tiny grid
     steps = [m for m in ms if m["kind"] == "step" and m["split"] == "train"]
-    assert all(0.5 < m["predicted_s"] / m["measured_s"] < 2.0 for m in steps), steps
+    assert steps and all(0.5 < m["predicted_s"] / m["measured_s"] < 2.0 for m in steps), steps
     assert csv.read_text().count("\n") == len(ms) + 1
     assert "held-out whole steps" in cal.format_report(rep)
-
-
-def test_evaluate_takes_the_calibrated_chip(calibrated, capsys):
-    out, _, _ = calibrated
+    # evaluate takes it; a second calibration never overwrites it
     assert main(["evaluate", "--system", "mtia300-16", "--model", "dlrm-small", "--chip", str(out), "--json"]) == 0
     assert '"step_s"' in capsys.readouterr().out
-
-
-def test_never_overwrites_and_bad_requests_are_one_line(calibrated, capsys):
-    out, _, _ = calibrated
     before = out.read_text()
     assert main(["calibrate", "--out", str(out), "--grid", "tiny"]) == 2
     assert "exists already" in capsys.readouterr().err and out.read_text() == before
-    assert main(["calibrate", "--device", "gpu7", "--out", str(out.with_name("x.toml"))]) == 2
+
+
+def test_bad_requests_are_one_line_and_measure_nothing(tmp_path, capsys):
+    assert main(["calibrate", "--device", "gpu7", "--out", str(tmp_path / "x.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "only 'local'" in err[0]
-    assert main(["calibrate", "--out", str(out.with_name("y.toml")), "--base", "tpu9"]) == 2
+    assert main(["calibrate", "--out", str(tmp_path / "y.toml"), "--base", "tpu9"]) == 2
     assert "system family" in capsys.readouterr().err
+    assert main(["calibrate", "--out", str(tmp_path / "no" / "z.toml")]) == 2
+    assert "folder does not exist" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.toml"))
