@@ -43,8 +43,10 @@ def test_soft_plan_is_continuous_at_one_hot(setup):
         uni = jax.tree_util.tree_map(lambda x: jnp.full_like(x, 1.0 / x.shape[-1]) if x.ndim >= 1 else x, pa)
         mix = jax.tree_util.tree_map(lambda a, u: (1 - eps) * a + eps * u, pa, uni)
         return dataclasses.replace(mix, cw_shards=pa.cw_shards, cache_ratio=pa.cache_ratio)
-    d1, d2 = abs(float(f(s, blend(1e-2))) - hard), abs(float(f(s, blend(1e-3))) - hard)
-    assert d1 / d2 > 5.0 and d2 / hard < 0.05     # shrinks at least linearly with eps: no jump at 0
+    d1, d2, d3 = (abs(float(f(s, blend(e))) - hard) for e in (1e-2, 1e-3, 1e-4))
+    # shrinks at least linearly with eps, twice over: no jump at 0 (the slope itself can be steep:
+    # eps of a 40 M-row table made data-parallel all-reduces eps x its 20 GB gradient)
+    assert d1 / d2 > 5.0 and d2 / d3 > 5.0 and d3 / hard < 0.05
 
 
 def test_vmap_over_plans_equals_one_at_a_time(mtia64, small):
