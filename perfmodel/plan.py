@@ -286,6 +286,18 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
     )
 
 
+def table_ranks(sharding: int, place_row, domain: int, k: int, D: int, L: int) -> list[int]:
+    """The ranks of one table: table_wise the top device of its placement row, column_wise the top k
+    (stable order), table_row_wise the whole scale-up domain, the others every rank."""
+    if sharding == TW:
+        return [int(np.argmax(place_row))]
+    if sharding == CW:
+        return sorted(int(r) for r in np.argsort(-np.asarray(place_row), kind="stable")[:k])
+    if sharding == TWRW:
+        return list(range(domain * L, domain * L + L))
+    return list(range(D))
+
+
 def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     """The discrete Plan of one-hot PlanArrays (the inverse of to_arrays); relaxed arrays are
     rounded to their largest entries."""
@@ -298,14 +310,7 @@ def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     tables = {}
     for t, name in enumerate(model.tables.names):
         j = int(st[t])
-        if j == TW:
-            ranks = [int(np.argmax(place[t]))]
-        elif j == CW:
-            ranks = sorted(int(r) for r in np.argsort(-place[t], kind="stable")[: max(k[t], 1)])
-        elif j == TWRW:
-            ranks = list(range(int(dom[t]) * L, int(dom[t]) * L + L))
-        else:
-            ranks = list(range(D))
+        ranks = table_ranks(j, place[t], int(dom[t]), max(int(k[t]), 1), D, L)
         tables[name] = TablePlan(SHARDING_TYPES[j], ranks, 1.0 if j == DP else round(float(cache[t]), 6))
     algo = np.argmax(np.asarray(pa.algorithm), axis=1)
     pick = lambda v, opts: opts[int(np.argmax(np.asarray(v)))]

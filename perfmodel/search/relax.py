@@ -22,7 +22,7 @@ import numpy as np
 
 from ..hardware import System, _pytree
 from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, PRECISIONS, RW, SHARDING_TYPES,
-                    TW, TWRW, DP, Plan, PlanArrays, TablePlan)
+                    TW, TWRW, DP, Plan, PlanArrays, TablePlan, table_ranks)
 from ..workload import RankingModel
 
 NEG = -1e9
@@ -150,16 +150,10 @@ def round_params(p: SoftParams, masks: Masks, system: System, model: RankingMode
     tables = {}
     for t, name in enumerate(model.tables.names):
         st = int(types[t])
-        if st == TW:
-            ranks = [int(np.argmax(place[t]))]
-        elif st == CW:
-            opts = cw_options(int(dims[t]), D)
-            k = min(opts, key=lambda o: (abs(o - k_soft[t]), o))
-            ranks = sorted(int(r) for r in np.argsort(-place[t], kind="stable")[:k])
-        elif st == TWRW:
-            ranks = list(range(int(dom[t]) * L, int(dom[t]) * L + L))
-        else:
-            ranks = list(range(D))
+        k = 1
+        if st == CW:
+            k = min(cw_options(int(dims[t]), D), key=lambda o: (abs(o - k_soft[t]), o))
+        ranks = table_ranks(st, place[t], int(dom[t]), k, D, L)
         tables[name] = TablePlan(SHARDING_TYPES[st], ranks)
     algos = np.asarray(p.algo_logits) + masks.algos
     return Plan(
