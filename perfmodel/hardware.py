@@ -108,6 +108,7 @@ class Level:
     size: int = static(default=1)
     link: str = static(default="scale_out")
     name: str = static(default="level")
+    switch_reduction: bool = static(default=False)   # the level's switch reduces in the network (NVLS)
 
 
 @_pytree
@@ -350,14 +351,17 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         size = int(s.num(Num("domain_chips", 1.0, lo=1.0, integer=True)))
         lat = s.num(Num("latency_us", US))
         over = s.num(Num("oversubscription", 1.0, lo=1.0))
+        reduces = s.flag("switch_reduction", default=False)
         s.finish()
         if size <= prev and i > 0:
             raise s.error("domain_chips", f"must grow from level to level (previous level has {prev})")
-        parsed.append((size, link, lname, lat, over))
+        if reduces and link != "scale_up":
+            raise s.error("switch_reduction", "is only for a scale_up level (NVLink SHARP reduces in the NVSwitch)")
+        parsed.append((size, link, lname, lat, over, reduces))
         prev = size
     levels = []
-    for size, link, lname, lat, over in parsed:
-        levels.append((min(size, n), link, lname, lat, over))
+    for size, link, lname, lat, over, reduces in parsed:
+        levels.append((min(size, n), link, lname, lat, over, reduces))
         if size >= n:
             break
     top.finish()
@@ -373,8 +377,9 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
 
     chip_path = _resolve("chips", chip_override if chip_override is not None else chip_name)
     chip, nic, off = _parse_chip(read_file(chip_path), str(chip_path))
-    lv = tuple(Level(latency_s=_f(lat), oversubscription=_f(over), size=size, link=link, name=lname)
-               for size, link, lname, lat, over in levels)
+    lv = tuple(Level(latency_s=_f(lat), oversubscription=_f(over), size=size, link=link, name=lname,
+                     switch_reduction=reduces)
+               for size, link, lname, lat, over, reduces in levels)
     return System(chip=chip, nic=nic, offload=off, levels=lv, host_power_W=_f(host_W),
                   host_usd_per_hour=_f(host_usd), num_chips=n, chips_per_host=min(per_host, n),
                   name=f"{family}-{n}")

@@ -13,9 +13,12 @@ the dataset's rows (every other row by message size) and judged on the other hal
                    (an all-to-all spread evenly over the n ranks: (L-1)/n of it inside the node of
                    L, (n-L)/n across nodes)
 
-Algorithms: "ring" and "default" (NCCL's own choice) are predicted with the model's ring; "nvls"
-(NVLink SHARP, reduction in the switch) has no counterpart in the model and is predicted with the
-ring too (flagged); all-to-all uses the direct form inside a node and the hierarchical one across.
+Algorithms, as cost/collectives.py models them (core-driven, NCCL's protocols LL / LL128 / Simple,
+the fastest taken): "ring" with the ring; "nvls" with NVLS (NVLink SHARP, the reduction in the
+switch) where the system's scale-up level says its switch reduces (switch_reduction), else with the
+ring (flagged); "default" (NCCL's own choice) with the fastest of the algorithms the model has (all-reduce:
+ring, tree, NVLS where available; all-gather and reduce-scatter: ring). All-to-all uses the direct
+form inside a node and the hierarchical one across.
 
 Error of a row: predicted / measured time - 1. Per dataset: the geometric-mean error
 exp(mean |ln(t_pred / t_meas)|) - 1 (a 2x miss either way counts as 100 %), and the largest one.
@@ -147,6 +150,9 @@ def model_seconds(row: Row, system, latency_scale=1.0, bandwidth_scale=1.0):
     net = coll.make_net(system, 0.0)
     net = dataclasses.replace(
         net, alpha=[a * latency_scale for a in net.alpha], setup_s=net.setup_s * latency_scale,
+        proto_base=tuple(b * latency_scale for b in net.proto_base),
+        proto_step={k: tuple(x * latency_scale for x in v) for k, v in net.proto_step.items()},
+        nvls_latency_s=net.nvls_latency_s * latency_scale,
         bw=[b * bandwidth_scale for b in net.bw], link_bw={k: v * bandwidth_scale for k, v in net.link_bw.items()})
     top = len(system.levels) - 1
     S = jnp.float32(row.size_bytes)
@@ -155,6 +161,10 @@ def model_seconds(row: Row, system, latency_scale=1.0, bandwidth_scale=1.0):
         algo = "hierarchical" if top > 0 else "direct"
         v = jnp.asarray(vol)
         return coll.all_to_all(net, v, v, jnp.asarray(_ONE[algo]), jnp.max)
+    if row.collective == "all_reduce" and row.algorithm == "nvls" and coll.has_nvls(net, 0, top):
+        return coll.nvls_all_reduce(net, S, 0, top)
+    if row.collective == "all_reduce" and row.algorithm == "default":
+        return coll.nccl_all_reduce(net, S, 0, top)
     probs = jnp.asarray(_ONE["ring"])
     fn = {"all_reduce": coll.all_reduce, "all_gather": coll.all_gather, "reduce_scatter": coll.reduce_scatter}
     return fn[row.collective](net, S, 0, top, probs)
@@ -227,8 +237,14 @@ def _modelled_as(r: Row, system) -> str:
     if r.collective == "all_to_all":
         return "hierarchical all-to-all" if len(system.levels) > 1 else "direct all-to-all"
     levels = "+".join(lv.name for lv in system.levels)
-    note = " (NVLS not modelled)" if r.algorithm == "nvls" else ""
-    return f"ring {r.collective.replace('_', '-')} over {levels}{note}"
+    what = r.collective.replace('_', '-')
+    nvls = len(system.levels) == 1 and system.levels[0].switch_reduction
+    if r.collective == "all_reduce" and r.algorithm == "nvls":
+        return f"NVLS {what} in the {levels} switch" if nvls else f"ring {what} over {levels} (no NVLS on this system)"
+    if r.collective == "all_reduce" and r.algorithm == "default":
+        algos = "ring, tree, NVLS" if nvls else "ring, tree"
+        return f"fastest of {algos} {what} over {levels}, fastest protocol each"
+    return f"ring {what} over {levels}, fastest protocol"
 
 
 def validate(folder: str | Path | None = None, datasets: list[str] | None = None) -> dict:

@@ -1,7 +1,9 @@
 """Collective times against hand calculations from the preset numbers (NCCL's alpha + S / B model)."""
 
+import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -48,10 +50,21 @@ def test_pcie_caps_an_integrated_nic_moved_behind_it(mtia64):
     assert float(out) == pytest.approx(LINE_OUT * cap, rel=1e-5)
 
 
+# NCCL's protocols for core-driven collectives (tuning.cc): base latency, extra per-step latency over
+# LL's on a network link (MTIA's NICs carry scale-up), share of each line that is data
+BASE = {"LL": 6.6e-6, "LL128": 14e-6, "Simple": 8.4e-6}
+NET_EXTRA = {"LL": 0.0, "LL128": 1.3e-6, "Simple": 11.3e-6}
+NVL_EXTRA = {"LL": 0.0, "LL128": 1.3e-6, "Simple": 2.8e-6}
+EFF = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
+
+
 def test_ring_all_reduce_inside_a_rack(mtia16):
     n = 16
     core = coll.make_net(mtia16, 0.0)
-    expect = 2 * (n - 1) / n * S / UP + 2 * (n - 1) * A_UP + LAUNCH
+    # on the cores: 30 steps, 2 x 15/16 x 64 MB; at this size LL128 is the fastest protocol
+    proto = {p: BASE[p] + 2 * (n - 1) * (A_UP + NET_EXTRA[p]) + 2 * (n - 1) / n * S / (UP * EFF[p]) for p in BASE}
+    assert min(proto, key=proto.get) == "LL128"
+    expect = min(proto.values()) + LAUNCH
     assert float(coll.all_reduce(core, S, 0, 0, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
     # on the engines: the reduction (15/16 S at 2.9 TB/s = 21 us) hides under the transfer
     eng = coll.make_net(mtia16, 1.0)
@@ -99,12 +112,17 @@ def test_tree_direct_and_hierarchical_all_reduce(mtia64):
 
 
 def test_all_gather_equals_reduce_scatter_transfer_on_ring(mtia64):
-    net = coll.make_net(mtia64, 0.0)
+    net = coll.make_net(mtia64, 1.0)
     n = 64
     # one ring pass over both levels (see the all-reduce above): 60/64 of the bytes in racks, 4/64 across
     vol = (n - 1) / n * S
-    expect = max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) + (60 * A_UP + 3 * A_OUT) + LAUNCH
+    expect = max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) + (60 * A_UP + 3 * A_OUT) + SETUP
     assert float(coll.all_gather(net, S, 0, 1, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
+    # core-driven: the same ring with the fastest protocol (63 steps, all through the NICs)
+    core = coll.make_net(mtia64, 0.0)
+    proto = {p: BASE[p] + 60 * A_UP + 3 * A_OUT + 63 * NET_EXTRA[p]
+             + max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) / EFF[p] for p in BASE}
+    assert float(coll.all_gather(core, S, 0, 1, ONE["ring"])) == pytest.approx(min(proto.values()) + LAUNCH, rel=1e-5)
 
 
 def test_uneven_all_to_all_is_set_by_the_slowest_device(mtia64):
@@ -132,3 +150,104 @@ def test_a_single_chip_has_no_collective_cost():
     assert float(coll.reduce_scatter(net, S, 0, 0, ONE["ring"])) == 0.0
     z = jnp.zeros((1, 1))
     assert float(coll.all_to_all(net, z, z, ONE["direct"], jnp.max)) == 0.0
+
+
+# ------------------------------------------------------------------ NCCL protocols and NVLS (GPUs)
+
+# h200 preset: NVLink4 450 GB/s at NCCL's ~370 effective (0.822), 0.6 us per step (LL); launch 3 us
+NVL = 0.822 * 450e9
+A_NVL = 0.6e-6
+
+
+def _ring_protocols_h200(S, n=8):
+    """Hand calculation of an n-GPU ring all-reduce on NVLink under each protocol."""
+    return {p: BASE[p] + 2 * (n - 1) * (A_NVL + NVL_EXTRA[p]) + 2 * (n - 1) / n * S / (NVL * EFF[p]) for p in BASE}
+
+
+def test_small_ring_all_reduce_picks_ll_with_its_latency():
+    net = coll.make_net(pm.load_system("h200-8"), 0.0)
+    S = 32 * 1024
+    proto = _ring_protocols_h200(S)
+    # LL: 6.6 + 14 x 0.6 us + 1.75 x 32 KiB at half of 370 GB/s = 15.0 + 0.31 us
+    assert proto["LL"] == pytest.approx(6.6e-6 + 8.4e-6 + 1.75 * S / (0.5 * NVL), rel=1e-9)
+    assert min(proto, key=proto.get) == "LL"
+    t = float(coll.all_reduce(net, S, 0, 0, ONE["ring"]))
+    assert t == pytest.approx(proto["LL"] + LAUNCH, rel=1e-5)
+    parts = coll._ring(net, jnp.float32(S), 0, 0, 2)
+    got = [float(x) for x in coll.protocol_times(net, parts)]
+    assert got == pytest.approx([proto[p] for p in coll.PROTOCOLS], rel=1e-5)
+    # 16 GiB: Simple, at the full 370 GB/s
+    big = 16.0 * 2**30
+    proto = _ring_protocols_h200(big)
+    assert min(proto, key=proto.get) == "Simple"
+    assert float(coll.all_reduce(net, big, 0, 0, ONE["ring"])) == pytest.approx(proto["Simple"] + LAUNCH, rel=1e-5)
+
+
+def test_nvls_beats_the_ring_for_large_all_reduce_on_h200_and_is_absent_on_a100():
+    h200 = coll.make_net(pm.load_system("h200-8"), 0.0)
+    assert coll.has_nvls(h200, 0, 0)
+    big = 16.0 * 2**30
+    nvls = float(coll.nvls_all_reduce(h200, big, 0, 0))
+    # S (n+1)/n each way at 370 GB/s, 25 us, launch: busbw 14/9 of the ring's
+    assert nvls == pytest.approx(big * 9 / 8 / NVL + 25e-6 + LAUNCH, rel=1e-5)
+    ring = float(coll.all_reduce(h200, big, 0, 0, ONE["ring"]))
+    assert ring / nvls == pytest.approx(14 / 9, rel=0.01)
+    # NCCL's choice and a core-driven direct all-reduce use it
+    assert float(coll.nccl_all_reduce(h200, big, 0, 0)) == pytest.approx(nvls, rel=1e-6)
+    assert float(coll.all_reduce(h200, big, 0, 0, ONE["direct"])) == pytest.approx(nvls, rel=1e-6)
+    # REFERENCE.md: NCCL picks NVLS on 8 x H200 from 2 MiB up (the assumed 25 us puts the crossover there)
+    for size, picks in ((2**20, False), (2 * 2**20, True), (4 * 2**20, True)):
+        best = float(coll.nccl_all_reduce(h200, size, 0, 0))
+        assert (best == pytest.approx(float(coll.nvls_all_reduce(h200, size, 0, 0)), rel=1e-6)) == picks, size
+    # A100's NVSwitch does not reduce; nor does a group spanning several levels
+    a100 = coll.make_net(pm.load_system("a100-8"), 0.0)
+    assert not coll.has_nvls(a100, 0, 0)
+    with pytest.raises(ValueError):
+        coll.nvls_all_reduce(a100, big, 0, 0)
+    assert not coll.has_nvls(coll.make_net(pm.load_system("h200-64"), 0.0), 0, 1)
+    two_shot = float(coll.reduce_scatter(a100, big, 0, 0, ONE["direct"]) + coll.all_gather(a100, big, 0, 0, ONE["direct"])) - LAUNCH
+    assert float(coll.all_reduce(a100, big, 0, 0, ONE["direct"])) == pytest.approx(two_shot, rel=1e-5)
+
+
+def test_engines_keep_their_own_model():
+    """MTIA 300 on its engines: no protocols, no NVLS: the formula of the engines alone."""
+    net = coll.make_net(pm.load_system("mtia300-16"), 1.0)
+    n, S = 16, 32 * 1024
+    expect = 2 * (n - 1) / n * S / UP + 2 * (n - 1) * A_UP + SETUP
+    assert float(coll.all_reduce(net, S, 0, 0, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
+
+
+SIZES = [2.0**k for k in range(10, 35, 3)]
+
+
+@pytest.mark.parametrize("name", ["h200-8", "h200-64", "a100-8", "b200p6-32", "gaudi3-64"])
+def test_core_driven_collectives_are_monotone(name):
+    """More bandwidth or less latency never slows a collective; more bytes never speed it up."""
+    system = pm.load_system(name)
+    top = len(system.levels) - 1
+    net = coll.make_net(system, 0.0)
+    faster = dataclasses.replace(net, bw=[b * 1.5 for b in net.bw], link_bw={k: v * 1.5 for k, v in net.link_bw.items()})
+    quicker = dataclasses.replace(net, alpha=[a * 0.5 for a in net.alpha], nvls_latency_s=net.nvls_latency_s * 0.5,
+                                  proto_base=tuple(b * 0.5 for b in net.proto_base),
+                                  proto_step={k: tuple(x * 0.5 for x in v) for k, v in net.proto_step.items()})
+    fns = [lambda n, s, a=a: coll.all_reduce(n, s, 0, top, ONE[a]) for a in pm.ALGORITHMS]
+    fns += [lambda n, s, a=a: coll.reduce_scatter(n, s, 0, top, ONE[a]) for a in pm.ALGORITHMS]
+    fns += [lambda n, s: coll.nccl_all_reduce(n, s, 0, top)]
+    for fn in fns:
+        base = np.asarray([float(fn(net, s)) for s in SIZES])
+        assert np.all(np.diff(base) >= 0)
+        assert np.all(np.asarray([float(fn(faster, s)) for s in SIZES]) <= base * (1 + 1e-6))
+        assert np.all(np.asarray([float(fn(quicker, s)) for s in SIZES]) <= base * (1 + 1e-6))
+
+
+def test_protocol_choice_has_finite_gradients():
+    system = pm.load_system("h200-64")
+
+    def t(scale, S):
+        net = coll.make_net(system, 0.0)
+        net = dataclasses.replace(net, bw=[b * scale for b in net.bw], link_bw={k: v * scale for k, v in net.link_bw.items()})
+        return coll.nccl_all_reduce(net, S, 0, 1) + coll.all_reduce(net, S, 0, 1, ONE["ring"])
+
+    for S in SIZES:
+        g = jax.grad(t)(1.0, jnp.float32(S))
+        assert np.isfinite(float(g)) and float(g) <= 0.0
