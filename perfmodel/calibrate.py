@@ -1,8 +1,14 @@
 """Calibration: time microbenchmarks and whole reference steps on the local JAX device, fit the chip's
 efficiency parameters through the model's own cost functions, and save the fitted chip as a preset.
 
-Measurements (each timed after a compile and a warm-up call, as the median of repeated calls with
-block_until_ready, repeated until ~`min_s` of work has been timed):
+Measurements (each timed after a compile and a warm-up call, with block_until_ready, over calls
+repeated until ~`min_s` of work and at least MIN_REPS calls have been timed; the whole grid is
+measured `rounds` times, one pass after another, so that a burst of load from other processes
+hits one round of a benchmark, not all of its calls). On a CPU shared with other processes a
+call can only be slowed down, so a benchmark's time is the minimum over all its calls of every
+round (the usual way to time on a loaded machine, as Python's timeit advises); on an accelerator
+it is the median of its calls (one round). The 1-minute load average at the time of each
+benchmark's fastest round is kept with it (`load_1min` in the CSV).
 
   stream     y = 2 x + 1 over a large fp32 array: the device's streaming memory bandwidth
   matmul     one jitted GEMM [M, K] x [K, N] per shape, in the calibration dtype
@@ -11,14 +17,18 @@ block_until_ready, repeated until ~`min_s` of work has been timed):
   step       whole single-device reference training steps (perfmodel.reference.make_step) of small
              DLRMs: batch, tables, dims, pooling, MLP widths, dot or DCNv2 interaction
 
-Predictions are the model's: compute.gemm_times for a GEMM, cost.embedding.embedding_costs for a
-table, evaluate(...).step_s for a step on a one-chip system. The fitted parameters are
+Predictions are the model's: compute.memory_time for a stream, compute.gemm_times for a GEMM,
+cost.embedding.embedding_costs for a table (lookups; the update's gradient scatter, index sort and
+row updates), evaluate(...).step_s for a step on a one-chip system. The fitted parameters are
   peak (effective; on a device with no published peak) or matmul_efficiency_max (on one with),
   matmul_half_efficiency, hbm_efficiency (relative to the measured or published bandwidth),
-  gather_efficiency_max, gather_half_efficiency_row_bytes and launch_overhead,
-found by Adam (optax) on the mean squared log error over the training half of every kind (each
-kind weighted equally). The other half is held out; the report gives its median and 90th-percentile
-relative error per kind.
+  gather_efficiency_max, gather_half_efficiency_row_bytes and launch_overhead;
+on a device with no published figures (a CPU: peaks "measured") also the last-level cache's
+effective bandwidth, with its size from sysfs and one compute unit (the measurement process is
+pinned to one core). They are found by Adam (optax) on a Huber loss of the log error over the
+training half of every kind (KIND_WEIGHTS). The other half is held out; the report gives its
+median and 90th-percentile relative error per kind. `python -m perfmodel.calibrate refit --csv F`
+refits the current model to recorded measurements without timing anything.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import optax
 
 from . import reference as ref
 from .config import ConfigError, preset_path, read_file
-from .cost.compute import gemm_times, hbm_time
+from .cost.compute import gemm_times, memory_time
 from .cost.embedding import embedding_costs
 from .evaluate import _evaluate
 from .hardware import System, load_system
@@ -68,7 +78,7 @@ GRIDS = {
             (3, 32, 8, 512, (64,), (64,), "dcnv2", 20_000), (3, 64, 2, 1024, (256,), (256,), "dcnv2", 50_000),
             (3, 16, 4, 256, (128,), (512,), "dcnv2", 10_000),
         ],
-        "iterations": 400, "min_s": 0.03,
+        "iterations": 400, "min_s": 0.1, "rounds": 3,
     },
     "quick": {
         "memory": [1 << 14, 1 << 18, 1 << 22],
@@ -77,7 +87,7 @@ GRIDS = {
         "embedding": [(10_000, 16, 4, 1024), (100_000, 128, 2, 2048), (1_000_000, 64, 4, 1024), (3_000, 64, 32, 1024)],
         "step": [(2, 16, 2, 256, (64,), (64,), "dot", 10_000), (2, 32, 8, 512, (64,), (64,), "dot", 20_000),
                  (2, 64, 4, 1024, (128,), (128,), "dot", 50_000), (2, 16, 4, 2048, (64,), (128,), "dot", 20_000)],
-        "iterations": 300, "min_s": 0.02,
+        "iterations": 300, "min_s": 0.05, "rounds": 2,
     },
     "gpu": {   # accelerator-sized: GEMMs to 8k, tables to 10 M rows, steps to batch 32k (not run in CI)
         "memory": [1 << 20, 1 << 24, 1 << 26, 1 << 28],
@@ -94,14 +104,14 @@ GRIDS = {
             (3, 128, 8, 8192, (512,), (1024,), "dcnv2", 1_000_000), (3, 64, 4, 32768, (256,), (512,), "dcnv2", 3_000_000),
             (3, 128, 2, 4096, (1024,), (2048,), "dcnv2", 300_000), (3, 64, 16, 16384, (512,), (256,), "dcnv2", 100_000),
         ],
-        "iterations": 400, "min_s": 0.2,
+        "iterations": 400, "min_s": 0.2, "rounds": 1,
     },
     "tiny": {  # a smoke test of the whole procedure (the test suite's), not a calibration
         "memory": [1 << 14, 1 << 20],
         "matmul": [(64, 64, 64), (256, 256, 256), (512, 128, 256), (1024, 64, 128)],
         "embedding": [(10_000, 16, 4, 512), (100_000, 32, 2, 1024)],
         "step": [(2, 16, 2, 256, (32,), (32,), "dot", 5_000), (2, 16, 4, 512, (64,), (64,), "dot", 10_000)],
-        "iterations": 150, "min_s": 0.01,
+        "iterations": 150, "min_s": 0.01, "rounds": 1,
     },
 }
 
@@ -115,14 +125,19 @@ class Measurement:
     reps: int
     train: bool = True
     predicted: float = float("nan")
+    load_1min: float = float("nan")    # the machine's 1-minute load average when it was timed
 
 
 # ----------------------------------------------------------------------------------- timing
 
+MIN_REPS = 5
+
+
 def time_call(fn, *args, min_s: float = 0.05, max_reps: int = 200, state_arg: int | None = None) -> tuple[float, int]:
     """Seconds of fn(*args) after a compile and one warm-up call, over enough calls to time about
-    min_s (at least 3): the fastest call on a CPU, the median on an accelerator. With state_arg, the call's first output feeds that argument back
-    (a training step whose state is donated)."""
+    min_s (at least MIN_REPS): the fastest call on a CPU, the median on an accelerator. With
+    state_arg, the call's first output feeds that argument back (a training step whose state is
+    donated)."""
     args = list(args)
     clock = _clock()
 
@@ -135,7 +150,7 @@ def time_call(fn, *args, min_s: float = 0.05, max_reps: int = 200, state_arg: in
     call()                                    # warm-up
     times = []
     t_start = clock()
-    while len(times) < 3 or (clock() - t_start < min_s and len(times) < max_reps):
+    while len(times) < MIN_REPS or (clock() - t_start < min_s and len(times) < max_reps):
         t0 = clock()
         call()
         times.append(clock() - t0)
@@ -146,10 +161,13 @@ def time_call(fn, *args, min_s: float = 0.05, max_reps: int = 200, state_arg: in
 
 
 def _clock():
-    """Wall time on an accelerator; on a CPU device the process's CPU time, which other processes
-    sharing the cores do not inflate (XLA:CPU runs single-threaded under `perfmodel calibrate`,
-    so on an idle machine the two agree)."""
-    return time.process_time if jax.devices()[0].platform == "cpu" else time.perf_counter
+    """Wall time (perf_counter), on every device. Not the process's CPU time on a CPU: XLA:CPU
+    runs a program on its own runtime threads, and the CPU time of another running thread is only
+    accounted at the scheduler's next tick, so a short call could read several times too fast
+    (a 0.2 ms GEMM timed at 0.045 ms) and the minimum picks exactly those; CPU time also counts
+    the runtime threads' spin-waiting. Other processes only ever lengthen a call's wall time,
+    which the minimum over many calls in several rounds removes."""
+    return time.perf_counter
 
 
 # set before JAX starts its CPU backend (the CLI does): one core is the calibrated "device"
@@ -179,6 +197,14 @@ def _cores() -> int:
 
 # ----------------------------------------------------------------------------------- benches
 
+def _load() -> float:
+    import os
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return float("nan")
+
+
 def bench_memory(sizes, min_s: float) -> list[Measurement]:
     """Streaming y = max(2 x + 1, 0) over n fp32 values: 8 n bytes read and written."""
     f = jax.jit(lambda x: jnp.maximum(x * 2.0 + 1.0, 0.0))
@@ -186,7 +212,7 @@ def bench_memory(sizes, min_s: float) -> list[Measurement]:
     for n in sizes:
         x = jnp.ones((n,), jnp.float32)
         s, reps = time_call(f, x, min_s=min_s)
-        out.append(Measurement("memory", f"stream {4 * n / 2**20:g} MiB", {"bytes": 8.0 * n}, s, reps))
+        out.append(Measurement("memory", f"stream {4 * n / 2**20:g} MiB", {"bytes": 8.0 * n}, s, reps, load_1min=_load()))
     return out
 
 
@@ -199,7 +225,7 @@ def bench_matmuls(shapes, dtype: str, min_s: float) -> list[Measurement]:
         a = jax.random.normal(k1, (M, K), jnp.float32).astype(dt)
         b = jax.random.normal(k2, (K, N), jnp.float32).astype(dt)
         s, reps = time_call(f, a, b, min_s=min_s)
-        out.append(Measurement("matmul", f"matmul {M}x{K}x{N}", {"M": M, "K": K, "N": N}, s, reps))
+        out.append(Measurement("matmul", f"matmul {M}x{K}x{N}", {"M": M, "K": K, "N": N}, s, reps, load_1min=_load()))
     return out
 
 
@@ -227,9 +253,9 @@ def bench_embeddings(configs, min_s: float) -> list[Measurement]:
             return update(ts, idx, g), pooled
         p = {"rows": R, "dim": d, "pooling": P, "batch": B}
         s, reps = time_call(fwd, table, idx, min_s=min_s)
-        out.append(Measurement("embedding", f"lookup R={R} d={d} P={P} B={B}", {**p, "update": 0}, s, reps))
+        out.append(Measurement("embedding", f"lookup R={R} d={d} P={P} B={B}", {**p, "update": 0}, s, reps, load_1min=_load()))
         s, reps = time_call(train, (table, state), idx, g, min_s=min_s, state_arg=0)
-        out.append(Measurement("embedding", f"lookup+update R={R} d={d} P={P} B={B}", {**p, "update": 1}, s, reps))
+        out.append(Measurement("embedding", f"lookup+update R={R} d={d} P={P} B={B}", {**p, "update": 1}, s, reps, load_1min=_load()))
     return out
 
 
@@ -261,24 +287,32 @@ def bench_steps(configs, dtype: str, min_s: float) -> list[Measurement]:
         batch = ref.make_batch(spec, jax.random.PRNGKey(50 + i))
         step = ref.make_timed_step(spec)
         s, reps = time_call(step, state, batch, min_s=min_s, state_arg=0)
-        out.append(Measurement("step", data["name"], {"config": data}, s, reps))
+        grid = {"tables": T, "dim": d, "pooling": P, "batch": B, "bottom": list(bottom), "top": list(top),
+                "interaction": inter, "rows": rows}    # what _step_dict rebuilds the config from
+        out.append(Measurement("step", data["name"], {"config": data, **grid}, s, reps, load_1min=_load()))
     return out
 
 
 def measure_in_subprocess(grid: str, dtype: str, log=print) -> list[Measurement]:
-    """`measure` in a fresh interpreter: on a CPU with XLA pinned to one thread (XLA_FLAGS must be
-    set before JAX starts its backend, which the calling process has usually done already)."""
+    """`measure` in a fresh interpreter: on a CPU with XLA asked for one thread (XLA_FLAGS must be
+    set before JAX starts its backend, which the calling process has usually done already) and the
+    process pinned to one core (XLA:CPU still runs some GEMMs on two threads without it, at twice
+    the FLOP/s whenever the other core happens to be idle: one core is the calibrated device)."""
     import os
     import subprocess
     import tempfile
     env = dict(os.environ)
-    if jax.devices()[0].platform == "cpu":
+    plat = jax.devices()[0].platform
+    if plat == "cpu":
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {CPU_FLAGS}"
         env["JAX_PLATFORMS"] = "cpu"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "measurements.json"
-        entry = "import sys; from perfmodel.calibrate import _measure_main; sys.exit(_measure_main(sys.argv[1:]))"
-        proc = subprocess.Popen([sys.executable, "-c", entry, "measure", "--grid", grid,
+        # pinned before the interpreter imports JAX: every thread the runtime starts inherits it
+        core = max(os.sched_getaffinity(0)) if plat == "cpu" and hasattr(os, "sched_setaffinity") else -1
+        entry = ("import os, sys; core = int(sys.argv[1]); core < 0 or os.sched_setaffinity(0, {core}); "
+                 "from perfmodel.calibrate import _measure_main; sys.exit(_measure_main(sys.argv[2:]))")
+        proc = subprocess.Popen([sys.executable, "-c", entry, str(core), "measure", "--grid", grid,
                                  "--dtype", dtype, "--out", str(path)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         lines = []
@@ -294,11 +328,29 @@ def measure_in_subprocess(grid: str, dtype: str, log=print) -> list[Measurement]
 def _measure_main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate measure")
-    ap.add_argument("what", choices=("measure",))
+    ap.add_argument("what", choices=("measure", "refit"))
     ap.add_argument("--grid", default="default", choices=tuple(GRIDS))
     ap.add_argument("--dtype", default="fp32", choices=tuple(DTYPE_NAMES))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="measure: the JSON to write")
+    ap.add_argument("--csv", help="refit: measurements written by `perfmodel calibrate --measurements`")
+    ap.add_argument("--base", default="mtia300", help="refit: the base chip preset")
+    ap.add_argument("--peaks", default="measured", choices=("measured", "base"), help="refit: as calibrate's")
     a = ap.parse_args(argv)
+    if a.what == "refit":
+        if not a.csv:
+            ap.error("refit needs --csv")
+        chip, ms = refit(a.csv, base=a.base, dtype=a.dtype, peaks=a.peaks)
+        fields = ("peak_fp32_flops", "peak_bf16_flops", "matmul_eff_max", "matmul_half_flop", "hbm_Bps", "hbm_eff",
+                  "llc_bytes", "llc_Bps", "gather_eff_max", "gather_half_row_bytes", "launch_s")
+        print(format_report({"out": "(not written: refit)", "device": a.csv, "date": "recorded", "dtype": a.dtype,
+                             "seconds": 0.0, "stream_GBps": float("nan"), "errors": errors(ms),
+                             "fitted": {k: float(np.asarray(getattr(chip, k))) for k in fields}}))
+        for m in ms:
+            print(f"  {m.kind:<9} {m.name:<44} {'train' if m.train else 'held':<5} measured {m.seconds * 1e3:9.4f} ms"
+                  f"  predicted {m.predicted * 1e3:9.4f} ms  {100 * (m.predicted / m.seconds - 1):+6.1f} %")
+        return 0
+    if not a.out:
+        ap.error("measure needs --out")
     from .cli import enable_compile_cache
     enable_compile_cache()                 # a second calibration skips the compiles
     ms = measure(GRIDS[a.grid], a.dtype, log=lambda m: print(m, flush=True))
@@ -307,11 +359,25 @@ def _measure_main(argv=None) -> int:
 
 
 def measure(grid: dict, dtype: str, log=print) -> list[Measurement]:
+    """Every benchmark of the grid, `rounds` passes over the whole grid combined per benchmark:
+    the minimum on a CPU (calls are only ever slowed by other load), the median otherwise."""
+    rounds = [_measure_once(grid, dtype, log, r, grid.get("rounds", 1)) for r in range(grid.get("rounds", 1))]
+    cpu = jax.devices()[0].platform == "cpu"
+    out = []
+    for runs in zip(*rounds):
+        secs = [m.seconds for m in runs]
+        best = runs[int(np.argmin(secs))] if cpu else runs[int(np.argsort(secs)[len(secs) // 2])]
+        out.append(dataclasses.replace(best, reps=sum(m.reps for m in runs)))
+    return out
+
+
+def _measure_once(grid: dict, dtype: str, log, r: int, n: int) -> list[Measurement]:
     t0 = time.perf_counter()
+    tag = f"  [round {r + 1}/{n}, load {_load():.2f}]" if n > 1 else ""
     ms = bench_memory(grid["memory"], grid["min_s"])
     big = ms[-1]
     log(f"  streaming        {len(ms):3d} sizes, {big.params['bytes'] / big.seconds / 1e9:.2f} GB/s at "
-        f"{big.params['bytes'] / 2**21:.0f} MiB   ({time.perf_counter() - t0:.1f} s)")
+        f"{big.params['bytes'] / 2**21:.0f} MiB   ({time.perf_counter() - t0:.1f} s){tag}")
     ms += bench_matmuls(grid["matmul"], dtype, grid["min_s"])
     log(f"  matmuls          {len(grid['matmul']):3d} shapes          ({time.perf_counter() - t0:.1f} s)")
     ms += bench_embeddings(grid["embedding"], grid["min_s"])
@@ -370,7 +436,7 @@ def predictor(ms: list[Measurement], system: System, dtype: str):
         sys_ = system.replace(chip=chip)
         out = []
         if mem:
-            out.append(hbm_time(chip, mem_bytes) + chip.launch_s)
+            out.append(memory_time(chip, mem_bytes, mem_bytes) + chip.launch_s)
         if mm:
             fwd, _ = gemm_times(chip, mm_model, 1.0)
             out.append(fwd)
@@ -390,7 +456,8 @@ def predictor(ms: list[Measurement], system: System, dtype: str):
 
 # ------------------------------------------------------------------------------------- fitting
 
-FITTED = ("peak", "matmul_eff_max", "matmul_half_flop", "hbm_eff", "gather_eff_max", "gather_half_row_bytes", "launch_s")
+FITTED = ("peak", "matmul_eff_max", "matmul_half_flop", "hbm_eff", "gather_eff_max", "gather_half_row_bytes", "launch_s",
+          "llc_Bps")
 
 
 def _logit(p):
@@ -427,11 +494,13 @@ def fit(ms: list[Measurement], system: System, dtype: str, *, peaks: str, stream
         "ghalf": jnp.float32(math.log(float(chip0.gather_half_row_bytes))),
         "launch": jnp.float32(math.log(10e-6 if measured else float(chip0.launch_s))),
     }
+    if measured:     # no published cache bandwidth either: fitted, from twice the streaming one
+        theta["llc"] = jnp.float32(math.log(2.0 * stream_Bps))
 
     def chip_of(th):
         if measured:
             c = dataclasses.replace(chip0, **{pk: jnp.exp(th["peak"])}, matmul_eff_max=jnp.float32(1.0),
-                                    hbm_Bps=jnp.exp(th["hbm"]), hbm_eff=jnp.float32(1.0))
+                                    hbm_Bps=jnp.exp(th["hbm"]), hbm_eff=jnp.float32(1.0), llc_Bps=jnp.exp(th["llc"]))
         else:
             c = dataclasses.replace(chip0, matmul_eff_max=jax.nn.sigmoid(th["peak"]), hbm_eff=jax.nn.sigmoid(th["hbm"]))
         return dataclasses.replace(c, matmul_half_flop=jnp.exp(th["half"]), gather_eff_max=jax.nn.sigmoid(th["gmax"]),
@@ -495,9 +564,11 @@ def errors(ms: list[Measurement]) -> dict:
 _UNITS = {  # (section, key) -> (Chip field or None, SI scale)
     ("compute", "peak_bf16_TFLOPs"): ("peak_bf16_flops", 1e12), ("compute", "peak_fp8_TFLOPs"): ("peak_fp8_flops", 1e12),
     ("compute", "peak_fp32_TFLOPs"): ("peak_fp32_flops", 1e12), ("compute", "launch_overhead_us"): ("launch_s", 1e-6),
+    ("compute", "compute_units"): ("compute_units", 1.0),
     ("compute", "matmul_efficiency_max"): ("matmul_eff_max", 1.0),
     ("compute", "matmul_half_efficiency_GFLOP"): ("matmul_half_flop", 1e9),
     ("memory", "hbm_bandwidth_GBps"): ("hbm_Bps", 1e9), ("memory", "hbm_efficiency"): ("hbm_eff", 1.0),
+    ("memory", "llc_capacity_MB"): ("llc_bytes", 1e6), ("memory", "llc_bandwidth_GBps"): ("llc_Bps", 1e9),
     ("memory", "gather_efficiency_max"): ("gather_eff_max", 1.0),
     ("memory", "gather_half_efficiency_row_bytes"): ("gather_half_row_bytes", 1.0),
 }
@@ -595,7 +666,7 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
     family = Path(base).stem
     if family not in _families():
         raise ConfigError("", "base", f"is {base!r}; give a chip preset with a system family: {', '.join(_families())}")
-    system = load_system(f"{family}-1")
+    system = _local_system(family, peaks, None)
     g = GRIDS[grid]
     name = device_name()
     date = _dt.date.today().isoformat()
@@ -619,6 +690,10 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
         fitted["hbm_Bps"] = (f"calibrated (effective memory bandwidth; streaming y = max(2x + 1, 0) over "
                              f"{stream.params['bytes'] / 2**21:.0f} MiB measured {stream_Bps / 1e9:.3g} GB/s)")
         fitted["hbm_eff"] = "calibrated (1 by definition: the bandwidth above is the fitted effective one)"
+        fitted["llc_Bps"] = "calibrated (effective bandwidth of working sets that fit the cache below)"
+        fitted["compute_units"] = "measured (one core: the measurements run pinned to it)"
+        if local_llc_bytes():
+            fitted["llc_bytes"] = "measured (the largest CPU cache in /sys/devices/system/cpu/cpu0/cache)"
         for other in ("peak_bf16_flops", "peak_fp8_flops", "peak_fp32_flops"):
             if other != pk:
                 chip = dataclasses.replace(chip, **{other: getattr(chip, pk)})
@@ -634,7 +709,7 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
               "stream_GBps": stream_Bps / 1e9, "seconds": time.perf_counter() - t0, "errors": errs,
               "fitted": {k: float(np.asarray(getattr(chip, k))) for k in
                          ("peak_fp32_flops", "peak_bf16_flops", "matmul_eff_max", "matmul_half_flop", "hbm_Bps",
-                          "hbm_eff", "gather_eff_max", "gather_half_row_bytes", "launch_s")},
+                          "hbm_eff", "llc_bytes", "llc_Bps", "gather_eff_max", "gather_half_row_bytes", "launch_s")},
               "loss": hist[-1],
               "measurements": [{"kind": m.kind, "name": m.name, "measured_s": m.seconds, "predicted_s": m.predicted,
                                 "reps": m.reps, "split": "train" if m.train else "held_out"} for m in fit_ms]}
@@ -652,11 +727,86 @@ def write_measurements(path, ms: list[Measurement], device: str, date: str) -> N
     import csv
     with open(path, "x", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["kind", "name", "measured_s", "predicted_s", "reps", "split", "device", "date", "params"])
+        w.writerow(["kind", "name", "measured_s", "predicted_s", "reps", "split", "device", "date", "params",
+                    "load_1min"])
         for m in ms:
             params = {k: v for k, v in m.params.items() if k != "config"}
             w.writerow([m.kind, m.name, f"{m.seconds:.6g}", "" if math.isnan(m.predicted) else f"{m.predicted:.6g}",
-                        m.reps, "train" if m.train else "held_out", device, date, json.dumps(params)])
+                        m.reps, "train" if m.train else "held_out", device, date, json.dumps(params),
+                        "" if math.isnan(m.load_1min) else f"{m.load_1min:.2f}"])
+
+
+def read_measurements(path, dtype: str = "fp32") -> list[Measurement]:
+    """The measurements of a CSV written by write_measurements, split as recorded, ready to refit.
+    A step row's configuration is rebuilt from its params (or, in files written before they held
+    it, from the grid entry of the same name)."""
+    import csv
+    by_name = {}
+    for g in GRIDS.values():
+        for c in g["step"]:
+            by_name.setdefault(_step_dict(*c, dtype)["name"], c)
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            p = json.loads(r["params"] or "{}")
+            if r["kind"] == "step":
+                if "tables" in p:
+                    c = (p["tables"], p["dim"], p["pooling"], p["batch"], tuple(p["bottom"]), tuple(p["top"]),
+                         p["interaction"], p["rows"])
+                elif r["name"] in by_name:
+                    c = by_name[r["name"]]
+                else:
+                    raise ConfigError(str(path), f"step {r['name']}", "has no configuration in its params")
+                p = {"config": _step_dict(*c, dtype), **p}
+            load = r.get("load_1min") or "nan"
+            out.append(Measurement(r["kind"], r["name"], p, float(r["measured_s"]), int(r["reps"]),
+                                   r["split"] == "train", load_1min=float(load)))
+    return out
+
+
+def refit(path, *, base: str = "mtia300", dtype: str = "fp32", peaks: str = "measured",
+          llc_bytes: float | None = None, iterations: int | None = None) -> tuple[object, list[Measurement]]:
+    """Fit the current cost model to recorded measurements (a CSV of write_measurements), timing
+    nothing: (fitted chip, measurements with their new predictions). The split is the recorded one.
+    llc_bytes: the measured device's last-level cache (default: this machine's, on a CPU)."""
+    ms = read_measurements(path, dtype)
+    system = _local_system(Path(base).stem, peaks, llc_bytes)
+    stream = max((m for m in ms if m.kind == "memory"), key=lambda m: m.params["bytes"])
+    chip, _ = fit(ms, system, dtype, peaks=peaks, stream_Bps=stream.params["bytes"] / stream.seconds,
+                  iterations=iterations or GRIDS["default"]["iterations"])
+    return chip, ms
+
+
+def local_llc_bytes() -> float | None:
+    """The size of this machine's largest CPU cache (sysfs; the L3 on most x86 machines), or None."""
+    best = None
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, size = int((d / "level").read_text()), (d / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:].upper(), 1)
+        try:
+            nbytes = float(size.rstrip("KkMmGg")) * unit
+        except ValueError:
+            continue
+        if best is None or level > best[0]:
+            best = (level, nbytes)
+    return best[1] if best else None
+
+
+def _local_system(family: str, peaks: str, llc_bytes: float | None) -> System:
+    """The one-chip system the fit starts from; a device with no published figures (peaks
+    'measured', a CPU) gets this machine's last-level cache size in place of the base chip's, and
+    one compute unit (the measurement process is pinned to one core)."""
+    system = load_system(f"{family}-1")
+    if peaks == "measured":
+        chip = dataclasses.replace(system.chip, compute_units=jnp.float32(1.0))
+        llc = llc_bytes if llc_bytes is not None else local_llc_bytes()
+        if llc:
+            chip = dataclasses.replace(chip, llc_bytes=jnp.float32(llc))
+        system = system.replace(chip=chip)
+    return system
 
 
 def format_report(r: dict) -> str:
@@ -666,6 +816,8 @@ def format_report(r: dict) -> str:
                                        f"matmul eff max {r['fitted']['matmul_eff_max']:.3f}",
                                        f"half at {r['fitted']['matmul_half_flop'] / 1e6:.3g} MFLOP",
                                        f"hbm eff {r['fitted']['hbm_eff']:.3f}",
+                                       f"llc {r['fitted'].get('llc_bytes', float('nan')) / 2**20:.3g} MiB at "
+                                       f"{r['fitted'].get('llc_Bps', float('nan')) / 1e9:.3g} GB/s",
                                        f"gather eff max {r['fitted']['gather_eff_max']:.3f}",
                                        f"gather half {r['fitted']['gather_half_row_bytes']:.3g} B",
                                        f"launch {r['fitted']['launch_s'] * 1e6:.3g} us"]),

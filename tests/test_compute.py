@@ -1,12 +1,15 @@
 """Dense FLOPs, GEMM roofline times and embedding kernel bytes against hand calculations."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.cost.compute import dense_flops, gemm_times, gather_efficiency, matmul_efficiency
-from perfmodel.cost.embedding import table_seconds
+from perfmodel.cost.compute import (dense_flops, gather_efficiency, gemm_times, llc_factor, llc_hit, matmul_efficiency,
+                                    memory_time)
+from perfmodel.cost.embedding import table_parts, table_seconds
 
 
 def test_mlperf_forward_flops_per_sample(mlperf):
@@ -66,11 +69,19 @@ def test_table_lookup_and_update_bytes(mtia64, mlperf):
     row = 128 * 4
     gamma = 0.80 * row / (row + 128)
     hbm = 6.1e12 * 0.913
-    assert float(fwd[t]) == pytest.approx(B * pool * row / (hbm * gamma), rel=1e-5)
-    unique = rows * (1 - np.exp(-B * pool / rows))   # distinct rows touched, uniform access
     state = row + 4                                  # weights + one fp32 Adagrad value per row
+    h = 192e6 / (rows * state)                       # the share of the 20.6 GB table the LLC holds
+    cached = h * hbm / 11.4e12 + (1 - h)
+    assert float(fwd[t]) == pytest.approx(B * pool * row / (hbm * gamma) * cached, rel=1e-5)
+    unique = rows * (1 - np.exp(-B * pool / rows))   # distinct rows touched, uniform access
     gamma_s = 0.80 * state / (state + 128)
-    expect_b = B * pool * row / (hbm * gamma) + 2 * unique * state / (hbm * gamma_s)
+    # the index sort: n = B pool (int64 index, int32 position) records of 12 B, log_72 n passes
+    # (72 PEs: a 72-way distribution per pass), each reading and writing every record; 12 n B =
+    # 79 MB fit the 192 MB LLC, so at 11.4 TB/s instead of HBM's 5.57
+    n, rec = B * pool, 8 + 4
+    gamma_r = 0.80 * rec / (rec + 128)
+    sort = 2 * n * (np.log2(n) / np.log2(72)) * rec / (11.4e12 * gamma_r)
+    expect_b = (B * pool * row / (hbm * gamma) + 2 * unique * state / (hbm * gamma_s)) * cached + sort
     assert float(bwd[t]) == pytest.approx(expect_b, rel=1e-5)
 
 
@@ -81,5 +92,59 @@ def test_host_offloaded_lookups_go_over_the_host_link(mtia64, mlperf):
     B, pool, row = 65536, 100, 512
     gamma = 0.80 * row / (row + 128)
     hit = 0.25 ** 1.0                                # uniform access: hit rate = cache ratio
-    expect = B * pool * row * (hit / (6.1e12 * 0.913 * gamma) + (1 - hit) / 64e9)
+    h = 192e6 / (0.25 * 40e6 * (row + 4))            # the LLC's share of the quarter in HBM
+    cached = h * 6.1e12 * 0.913 / 11.4e12 + (1 - h)
+    expect = B * pool * row * (hit / (6.1e12 * 0.913 * gamma) * cached + (1 - hit) / 64e9)
     assert float(fwd[20]) == pytest.approx(expect, rel=1e-5)
+
+
+def test_a_working_set_that_fits_the_llc_is_read_at_its_bandwidth(mtia64):
+    chip = mtia64.chip                               # 192 MB LLC at 11.4 TB/s; HBM 6.1 TB/s x 0.913
+    hbm, llc = 6.1e12 * 0.913, 11.4e12
+    assert float(llc_hit(chip, 100e6)) == 1.0
+    assert float(memory_time(chip, 1e9, 100e6)) == pytest.approx(1e9 / llc, rel=1e-5)
+    # 4x the cache: a quarter of the uniform accesses hit it, the rest go to HBM
+    assert float(llc_hit(chip, 768e6)) == pytest.approx(0.25, rel=1e-6)
+    assert float(memory_time(chip, 1e9, 768e6)) == pytest.approx(1e9 * (0.25 / llc + 0.75 / hbm), rel=1e-5)
+    # a cache no faster than the memory behind it changes nothing; with no cache, HBM's time
+    slow = dataclasses.replace(chip, llc_Bps=jnp.float32(1e12))
+    assert float(llc_factor(slow, 100e6)) == pytest.approx(1.0, rel=1e-6)
+    none = dataclasses.replace(chip, llc_bytes=jnp.float32(0.0))
+    assert float(memory_time(none, 1e9, 100e6)) == pytest.approx(1e9 / hbm, rel=1e-5)
+
+
+def test_index_sort_grows_as_n_log_n_and_with_fewer_units(mtia64, small):
+    chip = mtia64.chip
+    one = jnp.ones(small.tables.count)
+
+    def sort_s(model, units=72.0):
+        c = dataclasses.replace(chip, compute_units=jnp.float32(units))
+        return np.asarray(table_parts(c, model, model.tables.dim, one)[4], np.float64)
+    B = float(small.global_batch)
+    n = B * np.asarray(small.tables.pooling, np.float64)
+    doubled = dataclasses.replace(small, global_batch=2.0 * B)
+    n_log_n = lambda x: x * np.log2(x)
+    # records of every table here fit the LLC at both batches: the time is exactly n log n
+    assert np.all(n * 12 * 2 < 192e6)
+    np.testing.assert_allclose(sort_s(doubled) / sort_s(small), n_log_n(2 * n) / n_log_n(n), rtol=1e-5)
+    # one core merges two ways: log2 n passes instead of log_72 n
+    np.testing.assert_allclose(sort_s(small, 1.0) / sort_s(small), np.log2(72), rtol=1e-5)
+    # by hand for table 0: 2 n log2(n) / log2(72) x 12 B at gamma(12 B) of the LLC's bandwidth
+    gamma_r = 0.80 * 12 / (12 + 128)
+    assert sort_s(small)[0] == pytest.approx(2 * n[0] * np.log2(n[0]) / np.log2(72) * 12 / (11.4e12 * gamma_r), rel=1e-5)
+
+
+def test_a_table_that_fits_the_llc_is_read_at_llc_bandwidth(mtia64, small):
+    chip = mtia64.chip
+    one = jnp.ones(small.tables.count)
+    fwd, _ = table_seconds(chip, small, small.tables.dim, one)
+    B, row = 4096.0, 64 * 4
+    gamma = 0.80 * row / (row + 128)
+    # table 0: 1,000 rows x 260 B (weights + Adagrad state) fit the 192 MB LLC: all at 11.4 TB/s
+    pool0 = float(small.tables.pooling[0])
+    assert float(fwd[0]) == pytest.approx(B * pool0 * row / (11.4e12 * gamma), rel=1e-5)
+    # table 7: 1 M rows = 260 MB; the LLC holds 192 / 260 of it
+    pool7 = float(small.tables.pooling[7])
+    h = 192e6 / (1e6 * (row + 4))
+    expect = B * pool7 * row / gamma * (h / 11.4e12 + (1 - h) / (6.1e12 * 0.913))
+    assert float(fwd[7]) == pytest.approx(expect, rel=1e-5)

@@ -4,6 +4,9 @@ GEMM:   t = max(F / (peak * eta(F)), bytes / (B_hbm * e_hbm)) + t_launch,
         eta(F) = eta_max * F / (F + F_half)          (saturating in the GEMM's FLOPs)
 Gather: t = bytes / (B_hbm * e_hbm * gamma(r)),  gamma(r) = gamma_max * r / (r + r_half)
         for random reads of rows of r bytes (embedding lookups).
+Cache:  traffic over a working set of W bytes, accessed uniformly, hits the last-level cache
+        (C bytes) with probability h = min(1, C / W):
+        t = bytes (h / B_llc + (1 - h) / (B_hbm * e_hbm)),  B_llc = max(llc_Bps, B_hbm * e_hbm)
 """
 
 from __future__ import annotations
@@ -29,6 +32,27 @@ def gather_efficiency(chip: Chip, row_bytes):
 def hbm_time(chip: Chip, nbytes):
     """Streaming HBM traffic at the achievable bandwidth."""
     return nbytes / (chip.hbm_Bps * chip.hbm_eff)
+
+
+def llc_hit(chip: Chip, working_set_bytes):
+    """Share of uniform accesses to a working set of W bytes served by the last-level cache:
+    h = min(1, C / W) (the cache holds C of the W bytes; every byte is equally likely)."""
+    return jnp.minimum(1.0, chip.llc_bytes / jnp.maximum(working_set_bytes, 1.0))
+
+
+def llc_factor(chip: Chip, working_set_bytes):
+    """Time of traffic over a working set of W bytes relative to the same traffic from HBM:
+    h B_hbm e_hbm / B_llc + (1 - h), with B_llc = max(llc_Bps, B_hbm e_hbm) (a cache is never
+    slower than the memory behind it, so a bigger cache or faster memory never slows anything)."""
+    hbm = chip.hbm_Bps * chip.hbm_eff
+    h = llc_hit(chip, working_set_bytes)
+    return h * hbm / jnp.maximum(chip.llc_Bps, hbm) + (1.0 - h)
+
+
+def memory_time(chip: Chip, nbytes, working_set_bytes):
+    """Streaming traffic of nbytes over a working set of W bytes: the cached share at the LLC
+    bandwidth, the rest at HBM's (see llc_factor)."""
+    return hbm_time(chip, nbytes) * llc_factor(chip, working_set_bytes)
 
 
 def gemm_times(chip: Chip, model: RankingModel, local_batch):

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from ..hardware import System, _pytree
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
-from .compute import gather_efficiency
+from .compute import gather_efficiency, llc_factor
 
 
 @_pytree
@@ -50,14 +50,32 @@ def _domain_sums(x, size: int):
     return jnp.repeat(x.reshape(D // size, size).sum(-1), size)
 
 
-def table_seconds(chip, model: RankingModel, width, cache_ratio):
-    """(forward, backward) seconds of one whole table's lookups at the global batch, rows `width` wide.
+SORT_POSITION_BYTES = 4.0     # the sort carries (index, position in the batch) pairs: position as int32
 
-    forward   lookups x row bytes, read at gather efficiency gamma(row bytes) from HBM for the
-              cache hit fraction h = cache_ratio ** access_skew, over the host link for the rest
-    backward  the gradient scatter (same bytes) plus the fused optimizer update of the distinct
-              rows touched, u = rows (1 - exp(-lookups / rows)) (uniform access): read + write of
-              the row and its optimizer state
+
+def table_parts(chip, model: RankingModel, width, cache_ratio):
+    """Parts of one whole table's lookup and update time at the global batch, rows `width` wide:
+    (fwd_mem, fwd_host, bwd_mem, bwd_host, sort), seconds, [T] each.
+
+    fwd_mem   lookups x row bytes read at gather efficiency gamma(row bytes) from the device's
+              memory for the cache hit fraction h = cache_ratio ** access_skew; the share of the
+              table in device memory (W = cache_ratio x rows x bytes per row, with its optimizer
+              state) its last-level cache holds at the cache's bandwidth (compute.llc_factor:
+              uniform access; a table's lookups run as their own kernel, so while they run the
+              table is the working set; per table, so every per-device sum stays linear in the
+              placement)
+    fwd_host  the other 1 - h of those bytes over the host link (at its bandwidth)
+    bwd_mem   the gradient scatter (same bytes as the lookups) plus the fused optimizer update of
+              the distinct rows touched, u = rows (1 - exp(-lookups / rows)) (uniform access): read
+              + write of the row and its optimizer state (bwd_host: the same for the host share)
+    sort      finding those distinct rows: a sort of the n = lookups (index, position) records of
+              r = index_bytes + 4 bytes, O(n log n): log_k n passes, each reading and writing every
+              record at the gather efficiency of r-byte rows,
+                  t = 2 n (log2 n / log2 k) r / (B_hbm e_hbm gamma(r)),
+              the records' own working set n r cached as in compute.llc_factor. k = max(2, U) is
+              the fan-out of a pass on U compute units: one core merges two ways (a comparison
+              sort, as XLA:CPU's), a parallel device distributes the records among at least as
+              many buckets as it has units (a radix or sample sort, as cub's 256-way digits)
     """
     tb = model.tables
     B = model.global_batch
@@ -67,13 +85,28 @@ def table_seconds(chip, model: RankingModel, width, cache_ratio):
     unique = tb.rows * (1.0 - jnp.exp(-lookups / tb.rows))
     rb = width * tb.bytes_per_element
     srow = width * tb.opt_bytes_per_element + tb.opt_bytes_per_row
+    cached = llc_factor(chip, cache_ratio * tb.rows * (rb + srow))   # the table's rows in HBM
 
-    def read_s(nbytes, row_bytes):
-        return nbytes * (hit / (hbm * gather_efficiency(chip, row_bytes)) + (1.0 - hit) / chip.host_link_Bps)
+    def at(nbytes, row_bytes):
+        return nbytes / (hbm * gather_efficiency(chip, row_bytes))
 
-    fwd = read_s(lookups * rb, rb)
-    bwd = fwd + read_s(2.0 * unique * (rb + srow), rb + srow)
-    return fwd, bwd
+    fwd_mem = hit * at(lookups * rb, rb) * cached
+    fwd_host = (1.0 - hit) * lookups * rb / chip.host_link_Bps      # the host link's own rate
+    upd = 2.0 * unique * (rb + srow)
+    bwd_mem = fwd_mem + hit * at(upd, rb + srow) * cached
+    bwd_host = fwd_host + (1.0 - hit) * upd / chip.host_link_Bps
+    rec = tb.index_bytes + SORT_POSITION_BYTES
+    n = jnp.maximum(lookups, 2.0)
+    passes = jnp.log2(n) / jnp.log2(jnp.maximum(chip.compute_units, 2.0))
+    sort = at(2.0 * n * passes * rec, rec) * llc_factor(chip, n * rec)
+    return fwd_mem, fwd_host, bwd_mem, bwd_host, sort
+
+
+def table_seconds(chip, model: RankingModel, width, cache_ratio):
+    """(forward, backward) seconds of one whole table's lookups at the global batch, rows `width`
+    wide: the parts of table_parts summed (the backward includes the index sort)."""
+    fwd_mem, fwd_host, bwd_mem, bwd_host, sort = table_parts(chip, model, width, cache_ratio)
+    return fwd_mem + fwd_host, bwd_mem + bwd_host + sort
 
 
 def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_bytes, grad_bytes) -> EmbeddingCosts:
