@@ -78,3 +78,18 @@ def test_row_wise_and_table_row_wise_conserve_bytes(mtia64, seq):
     pooled = 1 - np.asarray(model.tables.sequence)
     # pooled features: a reduce-scatter of the partial sums of all B samples, B x sum(dim) x 4
     assert float(emb.rw_bytes) == pytest.approx(float(model.global_batch) * (e * pooled).sum(), rel=1e-6)
+
+
+def test_each_column_shard_runs_its_whole_lookup(small, mtia64):
+    """A table split column-wise over k devices: each device looks up all B x pooling rows at
+    width dim / k (one shard's full work), not 1/k of it."""
+    from perfmodel.cost.embedding import table_seconds
+    types = [("column_wise", [1, 2])] + [("table_wise", [5])] * 7
+    emb = embedding_costs(mtia64, small, _plan(mtia64, small, types), 4.0, 4.0)
+    chip = mtia64.chip
+    f, b = (np.asarray(x, np.float64) for x in table_seconds(chip, small, small.tables.dim / 2.0, jnp.ones(8)))
+    out_write = 4096 * 64 * 4.0 / float(chip.hbm_Bps * chip.hbm_eff)   # pooled outputs, full width
+    launch = float(chip.launch_s)
+    assert float(emb.fwd_s[1]) == pytest.approx(f[0] + out_write / 2 + launch, rel=1e-5)
+    assert float(emb.bwd_s[2]) == pytest.approx(b[0] + out_write / 2 + launch, rel=1e-5)
+    assert float(emb.fwd_s[0]) == pytest.approx(launch, rel=1e-5)      # no table on device 0

@@ -143,8 +143,10 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     # ---- per-device sums as one matrix product per placement kind: [D, F] = P^T [T, F]
     P = pa.placement
     WP = jnp.stack([
-        s_tw * (f_full + out_write) + s_cw * (f_cw + out_write),      # 0 forward seconds
-        s_tw * (b_full + out_write) + s_cw * (b_cw + out_write),      # 1 backward seconds
+        # a column-wise table's placement row holds 1/k on each of its k devices, and each of
+        # them runs one shard's whole lookup (f_cw, b_cw: width dim / k at the full batch): k x
+        s_tw * (f_full + out_write) + s_cw * (k * f_cw + out_write),  # 0 forward seconds
+        s_tw * (b_full + out_write) + s_cw * (k * b_cw + out_write),  # 1 backward seconds
         store_P * c, store_P * (1.0 - c),                             # 2, 3 HBM / host bytes
         s_p * e,                                                      # 4 output bytes per sample
         per_dest * g,                                                 # 5 index bytes per sample

@@ -6,7 +6,9 @@ Per table (cost of a whole table at the global batch, from the same cost functio
   tables too big for one device's budget -> table_row_wise (inside one scale-up domain) when a
       domain holds them and they pool (sequence features' rows would all leave one domain),
       else row_wise over every device
-  tables heavier than a fair share of the load -> column_wise into k shards (k | dim, dim/k >= 32)
+  tables heavier than a fair share of the load -> column_wise into k shards (k | dim, dim/k >= 32):
+      the fewest whose shard load is within the fair share, else the k of least shard load, if
+      any splitting lowers it (each shard looks up every row at width dim/k and receives every index)
   the rest, and the column-wise shards, are packed heaviest first onto the least-loaded device
       with memory room; a shard that fits nowhere is kept in host DRAM with an HBM cache.
 Load of a table = lookup forward + backward seconds + its output and index bytes / the scale-out bandwidth.
@@ -101,14 +103,19 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     rest = [i for i in range(T) if names[i] not in tables]
     fair = (load[rest].sum() + work.sum()) / D if rest else 0.0
     shards = []      # (load, bytes, table index, k)
+    widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
+    shard_load = {1: load}
+    for c in range(2, widest + 1):             # one shard of c: all the lookups at width dim / c
+        fc, bc = (np.asarray(x, np.float64) for x in table_seconds(system.chip, model, tb.dim / c, one))
+        shard_load[c] = fc + bc + (out_bytes / c + in_bytes) / max(link, 1.0)
     for i in rest:
         k = 1
         if load[i] > fair and D > 1:
-            want = int(np.ceil(load[i] / fair))
             options = [c for c in range(2, min(D, int(dim[i]) // MIN_CW_DIM) + 1) if dim[i] % c == 0]
-            if options:
-                k = min([c for c in options if c >= want] or [max(options)])
-        shards += [(load[i] / k, size[i] / k, i, k)] * k
+            fits = [c for c in options if shard_load[c][i] <= fair]
+            best = min(options, key=lambda c: shard_load[c][i], default=1)
+            k = min(fits) if fits else (best if options and shard_load[best][i] < load[i] else 1)
+        shards += [(float(shard_load[k][i]), size[i] / k, i, k)] * k
     shards.sort(key=lambda s: (-s[0], s[2]))
     placed: dict[int, list[int]] = {}
     cache: dict[int, float] = {}
