@@ -26,6 +26,7 @@ from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arra
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
+from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
@@ -176,17 +177,22 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
 
 
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
-    """Refine the greedy plan with half the budget; then, if the time left covers compiling the
+    """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better)
+    with half the budget; then, if the time left covers compiling the
     relaxed step (estimated as 12x the hard evaluation's compile, or free when already compiled),
     run the gradient restarts, round them and refine the best roundings; then iterated local search
     (seeded kicks of the best plan, each refined) with the time left. Best plan wins."""
     from . import gradient as gs
 
     t = time.time()
-    ls.score(to_arrays(greedy, system, model))
+    tie, _, memory, _, _, greedy_score = ls.details(greedy)
     eval_compile = time.time() - t
-    best_plan, best = ls.run(greedy, deadline=t0 + 0.5 * (deadline - t0))
-    notes = {"refined_greedy_s": best, "gradient_steps": 0}
+    packed = rebalance(system, model, greedy, memory)
+    start = packed if packed is not greedy and ls.details(packed)[0] < tie else greedy
+    best_plan, best = ls.run(start, deadline=t0 + 0.5 * (deadline - t0))
+    if greedy_score <= best:
+        best_plan, best = greedy, float(greedy_score)
+    notes = {"start": "repacked" if start is packed else "greedy", "refined_start_s": best, "gradient_steps": 0}
     params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
     converged = True
     if gs.is_compiled(params, state, system, model, masks) or deadline - time.time() >= 12.0 * eval_compile + 2.0:

@@ -81,7 +81,12 @@ def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, wa
     if warm is not None:
         w = warm_start(warm, system, model)
         params = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), params, w)
-    return params, jax.vmap(_OPT.init)(params)
+    # strongly typed float32 (not weak-typed scalars): the step's outputs are strong, so weak
+    # inputs would make the second call compile the step again
+    strong = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(
+        jnp.asarray(x).dtype, jnp.floating) else x, tree)
+    params = strong(params)
+    return params, strong(jax.vmap(_OPT.init)(params))
 
 
 def is_compiled(params, state, system: System, model: RankingModel, masks: Masks) -> bool:
