@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
@@ -169,7 +169,11 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         from .exact import exact_plan
         plan, notes["milp"] = exact_plan(system, model, greedy)
 
-    bd = evaluate(system, model, plan)
+    if method == "gradient":
+        validate_plan(plan, system, model)
+        bd = ls.breakdown(plan)               # compiled already, unlike a fresh evaluate of one plan
+    else:
+        bd = evaluate(system, model, plan)
     return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
                         samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible),
                         wall_s=time.time() - t0, seed=seed, converged=converged, evaluations=evaluations,
@@ -193,9 +197,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     if greedy_score <= best:
         best_plan, best = greedy, float(greedy_score)
     notes = {"start": "repacked" if start is packed else "greedy", "refined_start_s": best, "gradient_steps": 0}
-    params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
     converged = True
-    if gs.is_compiled(params, state, system, model, masks) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
+    if gs.is_compiled(restarts, system, model) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
+        params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
         params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
         notes["gradient_steps"] = taken
         converged = taken == steps

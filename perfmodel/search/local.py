@@ -90,7 +90,7 @@ def _details(system, model, pa):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
     the score."""
     score, tie, bd, loads = _scores(system, model, pa)
-    return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score
+    return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score, bd
 
 
 @jax.jit
@@ -147,7 +147,11 @@ class LocalSearch:
 
     def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a plan."""
-        return tuple(np.asarray(x) for x in _details(self.system, self.model, to_arrays(plan, self.system, self.model)))
+        return tuple(np.asarray(x) for x in _details(self.system, self.model, to_arrays(plan, self.system, self.model))[:6])
+
+    def breakdown(self, plan: Plan):
+        """The plan's Breakdown, as evaluate() gives it (from the compiled function the search uses)."""
+        return _details(self.system, self.model, to_arrays(plan, self.system, self.model))[6]
 
     def scores(self, batch) -> np.ndarray:
         return score_plans(self.system, self.model, batch, tie=True)
@@ -310,7 +314,7 @@ class LocalSearch:
         if exhaustive is None:
             exhaustive = self.T * self.D <= 4096
         pa = to_arrays(plan, self.system, self.model)
-        cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa))
+        cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
         kept, kept_score = plan, float(hard)
         for _ in range(max_rounds):
@@ -375,7 +379,7 @@ class LocalSearch:
                 break
             plan = best_plan
             pa = to_arrays(plan, self.system, self.model)
-            cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa))
+            cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
             cur = float(cur_arr)
             if float(hard) < kept_score:
                 kept, kept_score = plan, float(hard)
