@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench torchrec clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_evaluate.py
+
+# make torchrec: TorchRec's own planner side by side with perfmodel's search (its own environment,
+# .venv-torchrec/, with torch for the CPU and torchrec; not part of make test; ~25 min with the 300-table case).
+torchrec:
+	bash benchmarks/torchrec_env.sh
+	.venv-torchrec/bin/python benchmarks/vs_torchrec.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

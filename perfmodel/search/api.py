@@ -22,10 +22,11 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
+from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
@@ -168,7 +169,11 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         from .exact import exact_plan
         plan, notes["milp"] = exact_plan(system, model, greedy)
 
-    bd = evaluate(system, model, plan)
+    if method == "gradient":
+        validate_plan(plan, system, model)
+        bd = ls.breakdown(plan)               # compiled already, unlike a fresh evaluate of one plan
+    else:
+        bd = evaluate(system, model, plan)
     return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
                         samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible),
                         wall_s=time.time() - t0, seed=seed, converged=converged, evaluations=evaluations,
@@ -176,20 +181,25 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
 
 
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
-    """Refine the greedy plan with half the budget; then, if the time left covers compiling the
+    """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better)
+    with half the budget; then, if the time left covers compiling the
     relaxed step (estimated as 12x the hard evaluation's compile, or free when already compiled),
     run the gradient restarts, round them and refine the best roundings; then iterated local search
     (seeded kicks of the best plan, each refined) with the time left. Best plan wins."""
     from . import gradient as gs
 
     t = time.time()
-    ls.score(to_arrays(greedy, system, model))
+    tie, _, memory, _, _, greedy_score = ls.details(greedy)
     eval_compile = time.time() - t
-    best_plan, best = ls.run(greedy, deadline=t0 + 0.5 * (deadline - t0))
-    notes = {"refined_greedy_s": best, "gradient_steps": 0}
-    params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
+    packed = rebalance(system, model, greedy, memory)
+    start = packed if packed is not greedy and ls.details(packed)[0] < tie else greedy
+    best_plan, best = ls.run(start, deadline=t0 + 0.5 * (deadline - t0))
+    if greedy_score <= best:
+        best_plan, best = greedy, float(greedy_score)
+    notes = {"start": "repacked" if start is packed else "greedy", "refined_start_s": best, "gradient_steps": 0}
     converged = True
-    if gs.is_compiled(params, state, system, model, masks) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
+    if gs.is_compiled(restarts, system, model) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
+        params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
         params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
         notes["gradient_steps"] = taken
         converged = taken == steps

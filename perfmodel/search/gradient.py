@@ -81,27 +81,32 @@ def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, wa
     if warm is not None:
         w = warm_start(warm, system, model)
         params = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), params, w)
-    return params, jax.vmap(_OPT.init)(params)
+    # strongly typed float32 (not weak-typed scalars): the step's outputs are strong, so weak
+    # inputs would make the second call compile the step again
+    strong = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(
+        jnp.asarray(x).dtype, jnp.floating) else x, tree)
+    params = strong(params)
+    return params, strong(jax.vmap(_OPT.init)(params))
 
 
-def is_compiled(params, state, system: System, model: RankingModel, masks: Masks) -> bool:
-    """Whether the step for this problem shape is in the in-process compile cache already."""
-    return _cache_key(params, system, model) in _SEEN
+def is_compiled(restarts: int, system: System, model: RankingModel) -> bool:
+    """Whether the step for this problem shape (and number of restarts) is compiled in this process."""
+    return _cache_key(restarts, system, model) in _SEEN
 
 
 _SEEN: set = set()
 
 
-def _cache_key(params, system, model):
-    return (jax.tree_util.tree_structure((params, system, model)),
-            tuple(x.shape for x in jax.tree_util.tree_leaves((params, system, model))))
+def _cache_key(restarts, system, model):
+    return (restarts, jax.tree_util.tree_structure((system, model)),
+            tuple(x.shape for x in jax.tree_util.tree_leaves((system, model))))
 
 
 def run(step, params, state, system: System, model: RankingModel, masks: Masks, *, steps: int, deadline: float,
         tau0: float = 1.0, tau_end: float = 0.005):
     """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline)."""
     v, taken = None, 0
-    _SEEN.add(_cache_key(params, system, model))
+    _SEEN.add(_cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model))
     for i in range(steps):
         tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
         params, state, v = step(params, state, system, model, masks, jnp.float32(tau))

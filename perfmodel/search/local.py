@@ -17,24 +17,51 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate
 from ..hardware import System
-from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISIONS, RW, SHARDING_TYPES,
-                    TW, TWRW, Plan, PlanArrays, TablePlan, to_arrays)
+from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISION_BYTES, PRECISIONS, RW,
+                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, to_arrays)
 from ..workload import RankingModel
 from .relax import Masks, cw_options
 
 INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
+HOT, COLD = 3, 4      # per resource: heaviest devices to relieve, lightest to load (large instances)
+TIE = 1e-3            # weight of the resource spread in the local search's score (see _scores)
+TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
 
 
 def score_of(bd) -> jax.Array:
+    """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity)."""
     over = jnp.sum(jnp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0)) / bd.capacity_bytes
     return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
 
 
+def _loads(system, model, pa, bd) -> jax.Array:
+    """[R, D] per device, every resource whose max over devices can bind the step: compute busy,
+    and the bytes sent and received by the index and output all-to-alls at each network level."""
+    emb = embedding_costs(system, model, pa, pa.a2a_precision @ jnp.asarray(PRECISION_BYTES), 1.0)
+    return jnp.concatenate([bd.compute_s[None], emb.out_send.T, emb.out_recv.T, emb.in_send.T, emb.in_recv.T])
+
+
+def _scores(system, model, pa):
+    """(score, tie-broken score) of one plan. The step is a max over devices; when several devices
+    share the max of a resource (three devices each sending the most output bytes, say), no single
+    move lowers it, and a local search stops on the plateau. The tie-broken score multiplies the
+    score by 1 + TIE x sum over resources of the smooth max over devices of load / mean load, which
+    still falls when one of the tied devices is relieved, so the search walks along plateaus."""
+    bd = _evaluate(system, model, pa, 0.0)
+    loads = _loads(system, model, pa, bd)
+    mean = jnp.mean(loads, axis=1, keepdims=True)
+    norm = loads / jnp.maximum(mean, 1e-30)
+    spread = jnp.sum(jnp.where(mean[:, 0] > 0, TIE_TAU * jax.nn.logsumexp(norm / TIE_TAU, axis=1), 0.0))
+    score = score_of(bd)
+    return score, score * (1.0 + TIE * spread), bd, loads
+
+
 @jax.jit
 def _score_batch(system, model, batch):
-    return jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(batch)
+    return jax.vmap(lambda p: _scores(system, model, p)[:2])(batch)
 
 
 def batch_size(system: System, model: RankingModel) -> int:
@@ -43,8 +70,9 @@ def batch_size(system: System, model: RankingModel) -> int:
     return int(np.clip(2 ** int(np.floor(np.log2(max(n, 1)))), 16, 1024))
 
 
-def score_plans(system: System, model: RankingModel, batch: PlanArrays) -> np.ndarray:
-    """Hard scores of a batch of plans, in chunks padded to one fixed size (one compile per problem)."""
+def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False) -> np.ndarray:
+    """Hard scores of a batch of plans, in chunks padded to one fixed size (one compile per problem);
+    tie=True: the tie-broken scores (_scores). Both come from the same compiled function."""
     size = batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     out = []
@@ -53,14 +81,16 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays) -> np.nd
         m = min(size, n - s)
         if m < size:
             chunk = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], size - m, axis=0)]), chunk)
-        out.append(np.asarray(_score_batch(system, model, chunk))[:m])
+        out.append(np.asarray(_score_batch(system, model, chunk)[int(tie)])[:m])
     return np.concatenate(out)
 
 
 @jax.jit
 def _details(system, model, pa):
-    bd = _evaluate(system, model, pa, 0.0)
-    return score_of(bd), bd.compute_s, bd.memory_bytes, bd.capacity_bytes
+    """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
+    the score."""
+    score, tie, bd, loads = _scores(system, model, pa)
+    return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score, bd
 
 
 @jax.jit
@@ -108,39 +138,57 @@ class LocalSearch:
         self.max_batch = max_batch or batch_size(system, model)
         self.dims = np.asarray(model.tables.dim).astype(int)
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
+        tb = model.tables
+        self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
 
     # ------------------------------------------------------------------ scoring
     def score(self, pa) -> float:
         return float(_details(self.system, self.model, pa)[0])
 
+    def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
+        """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a plan."""
+        return tuple(np.asarray(x) for x in _details(self.system, self.model, to_arrays(plan, self.system, self.model))[:6])
+
+    def breakdown(self, plan: Plan):
+        """The plan's Breakdown, as evaluate() gives it (from the compiled function the search uses)."""
+        return _details(self.system, self.model, to_arrays(plan, self.system, self.model))[6]
+
     def scores(self, batch) -> np.ndarray:
-        return score_plans(self.system, self.model, batch)
+        return score_plans(self.system, self.model, batch, tie=True)
 
     # ------------------------------------------------------------------ candidates
-    def _table_candidates(self, plan: Plan, compute, memory, cap, exhaustive: bool):
+    def _hot_cold(self, loads, memory, cap) -> tuple[np.ndarray, np.ndarray]:
+        """Devices to move tables off (the HOT heaviest in every resource that can bind the step:
+        compute, each all-to-all's send and receive bytes per level; when over capacity, memory) and
+        to move them onto (the COLD lightest in each, and the ones with the most free memory)."""
+        D = self.D
+        rows = [r for r in np.asarray(loads) if r.max() > 0]
+        if bool((memory > cap).any()):
+            rows = [memory - cap] + rows
+        hot = np.unique(np.concatenate([np.argsort(-r, kind="stable")[: min(D, HOT)] for r in rows]))
+        cold = np.concatenate([np.argsort(r, kind="stable")[: min(D, COLD)] for r in rows]
+                              + [np.argsort(memory, kind="stable")[: min(D, COLD)]])
+        return hot, np.unique(cold)
+
+    def _table_candidates(self, plan: Plan, loads, memory, cap, exhaustive: bool):
         names = self.model.tables.names
         T, D, H, L = self.T, self.D, self.H, self.L
         infeasible = bool((memory > cap).any())
         cur_type = np.asarray([SHARDING_TYPES.index(plan.tables[n].sharding_type) for n in names])
         ranks = [plan.tables[n].ranks for n in names]
-        order = np.argsort(compute)
-        light = order[: max(1, min(D, 8))]
-        heavy = order[::-1][: max(1, min(D, 4))]
-        if infeasible:
-            heavy = np.argsort(memory - cap)[::-1][: max(1, min(D, 4))]
-            light = np.argsort(memory)[: max(1, min(D, 8))]
-        free_mem = np.argsort(memory)[: max(1, min(D, 8))]
+        hot, cold = self._hot_cold(loads, memory, cap)
+        light = np.argsort(loads[0], kind="stable")[: max(1, min(D, 8))]      # least compute
         if exhaustive:
             src_tables = np.arange(T)
             dests = np.arange(D)
         else:
-            on_heavy = [t for t in range(T) if cur_type[t] in (TW, CW) and set(ranks[t]) & set(heavy.tolist())]
-            # also the heaviest tables overall (by size of their rows x pooling) that are not table-wise
-            others = [t for t in range(T) if cur_type[t] not in (TW, CW)]
-            src_tables = np.asarray(sorted(set(on_heavy) | set(others[:64])), dtype=int)
+            on_hot = [t for t in range(T) if cur_type[t] in (TW, CW) and set(ranks[t]) & set(hot.tolist())]
+            # and the heaviest tables (bytes per sample they move) that are not table- or column-wise
+            others = sorted((t for t in range(T) if cur_type[t] not in (TW, CW)), key=lambda t: -self.weight[t])
+            src_tables = np.asarray(sorted(set(on_hot) | set(others[:64])), dtype=int)
             if src_tables.size > 256:
                 src_tables = src_tables[:256]
-            dests = np.unique(np.concatenate([light, free_mem]))
+            dests = cold
         c = {"t": [], "st": [], "dev": [], "dev2": [], "k": [], "dom": [], "cache": []}
         def add(t, st, dev=0, dev2=0, k=1, dom=0, cache=1.0):
             c["t"].append(t); c["st"].append(st); c["dev"].append(dev); c["dev2"].append(dev2)
@@ -174,18 +222,21 @@ class LocalSearch:
                             ranks[t][0] // L, ratio)
         return {k: np.asarray(v) for k, v in c.items()}
 
-    def _swap_candidates(self, plan: Plan, compute, exhaustive: bool):
+    def _swap_candidates(self, plan: Plan, loads, memory, cap, exhaustive: bool):
         names = self.model.tables.names
         tw = [t for t, n in enumerate(names) if plan.tables[n].sharding_type == "table_wise"]
         if len(tw) < 2:
             return np.zeros(0, int), np.zeros(0, int)
         dev = {t: plan.tables[names[t]].ranks[0] for t in tw}
-        heavy = set(np.argsort(compute)[::-1][: max(1, min(self.D, 2))].tolist())
-        src = [t for t in tw if exhaustive or dev[t] in heavy]
-        pairs = [(a, b) for a in src for b in tw if dev[a] != dev[b] and (a < b or not exhaustive)]
-        if len(pairs) > 4096:
+        if exhaustive:
+            pairs = [(a, b) for a in tw for b in tw if dev[a] != dev[b] and a < b]
+        else:
+            hot, cold = (set(x.tolist()) for x in self._hot_cold(loads, memory, cap))
+            pairs = [(a, b) for a in tw if dev[a] in hot for b in tw if dev[b] in cold and dev[a] != dev[b]]
+        limit = 4096 if exhaustive else 1024
+        if len(pairs) > limit:
             rng = np.random.default_rng(len(pairs))
-            pairs = [pairs[i] for i in rng.choice(len(pairs), 4096, replace=False)]
+            pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), limit, replace=False))]
         if not pairs:
             return np.zeros(0, int), np.zeros(0, int)
         a, b = zip(*pairs)
@@ -257,18 +308,21 @@ class LocalSearch:
 
     # ------------------------------------------------------------------ the loop
     def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None) -> tuple[Plan, float]:
-        """Improve `plan` until no single move helps, max_rounds, or the wall-clock deadline."""
+        """Improve `plan` until no single move helps, max_rounds, or the wall-clock deadline. Moves
+        are taken on the tie-broken score; returned: the visited plan of least score (the step time
+        when feasible) and that score, so the result is never worse than `plan`."""
         if exhaustive is None:
             exhaustive = self.T * self.D <= 4096
         pa = to_arrays(plan, self.system, self.model)
-        cur, compute, memory, cap = (np.asarray(x) for x in _details(self.system, self.model, pa))
+        cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
+        kept, kept_score = plan, float(hard)
         for _ in range(max_rounds):
             if time.time() > deadline:
                 break
             best_plan, best = None, cur
             # table moves
-            c = self._table_candidates(plan, compute, memory, float(cap), exhaustive)
+            c = self._table_candidates(plan, loads, memory, float(cap), exhaustive)
             n = len(c["t"])
             improving = []
             for s in range(0, n, self.max_batch):
@@ -285,7 +339,9 @@ class LocalSearch:
             if improving and improving[0][0] < best:
                 best, best_plan = improving[0][0], self._moved_plan(plan, c, improving[0][1])
             # swaps
-            a, b = self._swap_candidates(plan, compute, exhaustive)
+            a, b = self._swap_candidates(plan, loads, memory, float(cap), exhaustive)
+            if time.time() > deadline:
+                a = b = a[:0]
             for s in range(0, len(a), self.max_batch):
                 m = len(a[s:s + self.max_batch])
                 sc = self.scores(_apply_swaps(pa, jnp.asarray(_pad(a[s:s + self.max_batch], self.max_batch)),
@@ -293,8 +349,10 @@ class LocalSearch:
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))
+                if time.time() > deadline:
+                    break
             # settings
-            settings = self._setting_candidates(plan)
+            settings = self._setting_candidates(plan) if time.time() < deadline else []
             if settings:
                 batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[to_arrays(p, self.system, self.model) for p in settings])
                 sc = self.scores(batch)
@@ -321,6 +379,8 @@ class LocalSearch:
                 break
             plan = best_plan
             pa = to_arrays(plan, self.system, self.model)
-            cur_arr, compute, memory, cap = (np.asarray(x) for x in _details(self.system, self.model, pa))
+            cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
             cur = float(cur_arr)
-        return plan, cur
+            if float(hard) < kept_score:
+                kept, kept_score = plan, float(hard)
+        return kept, kept_score

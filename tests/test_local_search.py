@@ -1,0 +1,87 @@
+"""Local search and multi-resource packing: plateaus of the max, the packer's balance."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.plan import TablePlan, to_arrays
+from perfmodel.search.local import TIE, TIE_TAU, LocalSearch, score_plans
+from perfmodel.search.pack import rebalance
+from perfmodel.search.relax import make_masks
+from perfmodel.workload import parse_model
+
+T = 8
+
+
+@pytest.fixture(scope="module")
+def twins():
+    """Eight identical tables on 4 MTIA 300s: the best table-wise placement is two per device."""
+    data = {
+        "name": "eight-twins", "global_batch": 16384, "dense_dtype": "bf16", "param_bytes": 4,
+        "activation_bytes": 2, "dense_optimizer": "adagrad",
+        "embeddings": {"dim": 64, "bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+                       "names": [f"t{i}" for i in range(T)], "rows": [2_000_000] * T, "pooling": [20] * T},
+        "dense": {"layers": [
+            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [64]},
+            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": 576, "widths": [64, 1]},
+        ]},
+    }
+    system = pm.load_system("mtia300-4")
+    model = parse_model(data, "eight identical tables")
+    return system, model
+
+
+def placed(system, model, devices):
+    """The greedy plan's settings with table i table-wise on devices[i]."""
+    base = pm.greedy_plan(system, model)
+    tables = {n: TablePlan("table_wise", [int(d)]) for n, d in zip(model.tables.names, devices)}
+    return dataclasses.replace(base, tables=tables)
+
+
+def counts(plan, D):
+    return np.bincount([tp.ranks[0] for tp in plan.tables.values()], minlength=D)
+
+
+def test_a_plateau_of_the_max_is_crossed(twins):
+    system, model = twins
+    start = placed(system, model, [0, 0, 0, 1, 1, 1, 2, 3])          # two devices share the max
+    moved = placed(system, model, [0, 0, 2, 1, 1, 1, 2, 3])          # relieve one of them
+    hard = [float(pm.evaluate(system, model, p).step_s) for p in (start, moved)]
+    assert hard[1] == pytest.approx(hard[0], rel=1e-6)               # the hard step cannot see it
+    tie = score_plans(system, model, pm.plan.stack([to_arrays(p, system, model) for p in (start, moved)]), tie=True)
+    assert tie[1] < tie[0] * (1 - 1e-6)                              # the tie-broken score can
+    ls = LocalSearch(system, model, make_masks(system, model, sharding_types=("table_wise",)), freeze_settings=True)
+    loads = ls.details(start)[4].astype(np.float64)
+    norm = loads / loads.mean(1, keepdims=True)
+    spread = np.sum(TIE_TAU * np.log(np.sum(np.exp(norm / TIE_TAU), axis=1)))
+    assert tie[0] == pytest.approx(hard[0] * (1 + TIE * spread), rel=1e-5)
+    plan, _ = ls.run(start, deadline=float("inf"))
+    assert counts(plan, 4).tolist() == [2, 2, 2, 2]
+    assert float(pm.evaluate(system, model, plan).step_s) < hard[0] * 0.95
+
+
+def test_rebalance_spreads_stacked_tables_and_keeps_every_choice(twins):
+    system, model = twins
+    start = placed(system, model, [0] * T)
+    out = rebalance(system, model, start, np.asarray(pm.evaluate(system, model, start).memory_bytes))
+    assert counts(out, 4).tolist() == [2, 2, 2, 2]
+    assert {n: tp.sharding_type for n, tp in out.tables.items()} == {n: "table_wise" for n in model.tables.names}
+    assert (out.dense, out.algorithms, out.grad_buckets, out.overlap_chunks) == \
+        (start.dense, start.algorithms, start.grad_buckets, start.overlap_chunks)
+    assert pm.evaluate(system, model, out).step_s < pm.evaluate(system, model, start).step_s
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_rebalance_keeps_shard_counts_and_memory(seed):
+    """On the seeded small instances: every table keeps its type and number of shards, column
+    shards stay on distinct devices, and the packed plan fits in memory."""
+    from perfmodel.search.instances import small_instance
+    system, model = small_instance(seed)
+    greedy = pm.greedy_plan(system, model)
+    out = rebalance(system, model, greedy, np.asarray(pm.evaluate(system, model, greedy).memory_bytes))
+    for n, tp in out.tables.items():
+        assert tp.sharding_type == greedy.tables[n].sharding_type
+        assert len(set(tp.ranks)) == len(tp.ranks) == len(greedy.tables[n].ranks)
+    assert bool(pm.evaluate(system, model, out).feasible)
