@@ -354,6 +354,24 @@ def nccl_all_reduce(net: Net, S, lo: int, hi: int):
     return t + net.setup_s
 
 
+def all_to_all_fixed(net: Net, hier: bool) -> Parts:
+    """The all-to-all's per-step latency and steps per link kind (its transfer left at 0): direct,
+    or hierarchical (one aggregated message per remote domain)."""
+    lat, steps = 0.0, {}
+    below = 1
+    for l in range(len(net.fanout)):
+        peers = net.size[l] - below
+        below = net.size[l]
+        if peers <= 0:
+            continue
+        if hier and l > 0:
+            peers = max(peers // net.fanout[0], 1)
+        hops = 1.0 + (peers - 1) / net.msgs
+        lat = lat + net.alpha[l] * hops
+        steps[net.kind[l]] = steps.get(net.kind[l], 0.0) + hops
+    return Parts(0.0, lat, steps)
+
+
 def all_to_all(net: Net, send, recv, probs, temperature_max):
     """Uneven all-to-all over all levels. send/recv: [D, K] bytes per device to/from peers first
     reached at level l. probs over ALGORITHMS (direct and hierarchical are the all-to-all forms).
@@ -379,19 +397,8 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
             tk = b / net.link_bw[k]
             t = tk if t is None else jnp.maximum(t, tk)
         t = temperature_max(t)
-        lat, steps = 0.0, {}
-        below = 1
-        for l in range(K):
-            peers = net.size[l] - below
-            below = net.size[l]
-            if peers <= 0:
-                continue
-            if hier and l > 0:
-                peers = max(peers // net.fanout[0], 1)
-            hops = 1.0 + (peers - 1) / net.msgs
-            lat = lat + net.alpha[l] * hops
-            steps[net.kind[l]] = steps.get(net.kind[l], 0.0) + hops
-        return _blend(net, _moved(net, Parts(t, lat, steps)))
+        fixed = all_to_all_fixed(net, hier)
+        return _blend(net, _moved(net, Parts(t, fixed.lat_s, fixed.steps)))
     direct = timed(vol, False)
     if K > 1:
         remote = jnp.sum(vol[:, 1:], axis=1)

@@ -28,7 +28,7 @@ from ..cost import collectives as coll
 from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate, evaluate
 from ..hardware import System
-from ..plan import ALGORITHMS, COLLECTIVES, PRECISION_BYTES, Plan, TablePlan, to_arrays
+from ..plan import PRECISION_BYTES, Plan, TablePlan, to_arrays
 from ..workload import RankingModel
 
 MAX_TABLES, MAX_DEVICES = 16, 8
@@ -82,9 +82,13 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     # ---- placement-free constants from the start plan and the model's network
     net = coll.make_net(system, pa0.offload)
     chip = system.chip
-    zero = jnp.zeros((D, len(system.levels)))
-    a2a_probs = pa0.algorithm[COLLECTIVES.index("all_to_all")]
-    lat = float(coll.all_to_all(net, zero, zero, a2a_probs, jnp.max)) * US     # latency + setup, no bytes
+    # the direct all-to-all: o (t + lat) + (1 - o) min_p (lat_p + t / eff_p) + setup, t = the slowest
+    # device's per-link bytes / bandwidth (engines: o = 1; core-driven: NCCL's protocols p)
+    fixed = coll.all_to_all_fixed(net, hier=False)
+    lat_eng = float(fixed.lat_s) * US
+    lat_p = [float(x) * US for x in coll.protocol_times(net, fixed)]
+    eff_p = [float(e) for e in net.proto_eff]
+    setup = float(net.setup_s) * US
     link_names = sorted(set(net.link))
     inv_bw = {k: 1.0 / float(net.link_bw[k]) * US / MB for k in link_names}  # us per MB
     over = [float(o) for o in net.oversub]
@@ -121,8 +125,10 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     big = 4.0 * float(bd0.step_s) * US + 1.0
 
     def a2a(send, recv):
-        """Epigraph of the direct all-to-all: C >= per-device, per-link time; B >= per-device bytes."""
-        C, B = var(), var()
+        """Epigraph of the direct all-to-all: X >= per-device, per-link transfer time; C >= its time
+        under the protocol the objective picks (one binary per protocol: the min of the model);
+        B >= per-device bytes."""
+        C, B, X = var(), var(), var()
         K = len(system.levels)
         for d in range(D):
             m = []
@@ -132,8 +138,15 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
                 h.addConstr(v >= lin(recv, d, l))
                 m.append(v)
             for k in link_names:
-                h.addConstr(C >= sum(m[l] * over[l] for l in range(K) if net.link[l] == k) * inv_bw[k] + lat)
+                h.addConstr(X >= sum(m[l] * over[l] for l in range(K) if net.link[l] == k) * inv_bw[k])
             h.addConstr(B >= sum(m))
+        if o >= 1.0:
+            h.addConstr(C >= X + lat_eng + setup)
+        else:
+            ys = [h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger) for _ in lat_p]
+            h.addConstr(sum(ys) == 1)
+            for y, lp, e in zip(ys, lat_p, eff_p):
+                h.addConstr(C >= o * (X + lat_eng) + (1.0 - o) * (lp + X / e) + setup - big * (1 - y))
         return C, B
 
     def vmin(a, b):
