@@ -55,8 +55,8 @@ def small_setup():
 
 def test_same_seed_same_plan_and_figures(small_setup):
     system, model = small_setup
-    a = pm.search(system, model, "gradient", seed=3, budget_s=60)
-    b = pm.search(system, model, "gradient", seed=3, budget_s=60)
+    a = pm.search(system, model, "gradient", seed=3, budget_s=120)
+    b = pm.search(system, model, "gradient", seed=3, budget_s=120)
     assert a.converged and b.converged
     assert a.plan.to_dict() == b.plan.to_dict()
     assert a.step_s == b.step_s

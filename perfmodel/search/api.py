@@ -31,7 +31,7 @@ from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
 FINALISTS = 4          # rounded restarts refined
-KICK_WORK = 4096       # iterated-local-search kicks: 4096 / (tables x devices), between 2 and 100
+KICK_WORK = 65536      # iterated-local-search kicks: 65,536 / (tables x devices), between 2 and 30
 
 
 @dataclass
@@ -192,11 +192,11 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     tie, _, memory, _, _, greedy_score = ls.details(greedy)
     eval_compile = time.time() - t
     packed = rebalance(system, model, greedy, memory)
-    start = packed if packed is not greedy and ls.details(packed)[0] < tie else greedy
-    best_plan, best = ls.run(start, deadline=t0 + 0.5 * (deadline - t0))
+    name = "repacked" if packed is not greedy and ls.details(packed)[0] < tie else "greedy"
+    best_plan, best = ls.run(packed if name == "repacked" else greedy, deadline=t0 + 0.5 * (deadline - t0))
     if greedy_score <= best:
         best_plan, best = greedy, float(greedy_score)
-    notes = {"start": "repacked" if start is packed else "greedy", "refined_start_s": best, "gradient_steps": 0}
+    notes = {"start": name, "refined_start_s": best, "gradient_steps": 0}
     converged = True
     if gs.is_compiled(restarts, system, model) or deadline - time.time() >= 12.0 * eval_compile + 2.0:
         params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
@@ -218,7 +218,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         converged = False
     # iterated local search: kick the best plan (a few seeded random table moves), refine, keep if better
     rng = np.random.default_rng(seed)
-    kicks, planned = 0, int(np.clip(KICK_WORK / (model.tables.count * system.num_chips), 2, 100))
+    kicks, planned = 0, int(np.clip(KICK_WORK / (model.tables.count * system.num_chips), 2, 30))
     for _ in range(planned):
         if time.time() > deadline:
             break

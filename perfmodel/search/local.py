@@ -296,14 +296,30 @@ class LocalSearch:
         return dataclasses.replace(plan, tables=tables)
 
     def kick(self, plan: Plan, rng: np.random.Generator) -> Plan:
-        """A perturbed copy: max(2, T / 8) tables moved to random devices (as table_wise where allowed)."""
+        """A perturbed copy: max(2, T / 8) random tables each given a random allowed sharding type
+        and placement (table-wise on a random device, column-wise in two on two, table-row-wise in
+        a random domain, row-wise, data-parallel)."""
         names = self.model.tables.names
+        D, L = self.D, self.L
         tables = dict(plan.tables)
         n = max(2, self.T // 8)
         for t in rng.choice(self.T, size=min(n, self.T), replace=False):
-            if self.masks.types[t, TW] <= -1:
+            allowed = [j for j in range(5) if self.masks.types[t, j] > -1
+                       and (j != CW or 2 in cw_options(int(self.dims[t]), D)) and (j != TWRW or self.H > 1)]
+            if not allowed:
                 continue
-            tables[names[t]] = TablePlan("table_wise", [int(rng.integers(self.D))], tables[names[t]].cache_ratio)
+            st = int(rng.choice(allowed))
+            cache = tables[names[t]].cache_ratio if st != DP else 1.0
+            if st == TW:
+                ranks = [int(rng.integers(D))]
+            elif st == CW:
+                ranks = sorted(int(d) for d in rng.choice(D, size=2, replace=False))
+            elif st == TWRW:
+                h = int(rng.integers(self.H))
+                ranks = list(range(h * L, h * L + L))
+            else:
+                ranks = list(range(D))
+            tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)
         return dataclasses.replace(plan, tables=tables)
 
     # ------------------------------------------------------------------ the loop
