@@ -3,7 +3,8 @@ wall time with compile included (first run in this process) and excluded (a seco
 
     .venv/bin/python benchmarks/bench_search.py            # full suite, budget 60 s per method
     .venv/bin/python benchmarks/bench_search.py --quick    # budget 20 s, MLPerf + 3 small instances
-    .venv/bin/python benchmarks/bench_search.py --budget-s 30 --instances dlrm-dcnv2-mlperf@mtia300-64
+    .venv/bin/python benchmarks/bench_search.py --budget-s 30 --instances dlrm-dcnv2-mlperf@mtia300-64 --small 10
+    (--instances runs only those, plus --small N of the small exact instances)
 
 Suite: dlrm-dcnv2-mlperf on mtia300-64 and h100-64; prod-856 on mtia300-256 and h100-256;
 rec-150b on mtia300-1024 (gradient, greedy, random, evolutionary), and ten seeded small instances
