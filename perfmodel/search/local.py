@@ -27,6 +27,7 @@ from .relax import Masks, cw_options
 
 INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
 HOT, COLD = 3, 4      # per resource: heaviest devices to relieve, lightest to load (large instances)
+GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
 TIE = 1e-3            # weight of the resource spread in the local search's score (see _scores)
 TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
 
@@ -269,6 +270,36 @@ class LocalSearch:
             out.append(dataclasses.replace(plan, offload=not plan.offload))
         return out
 
+    def _group_candidates(self, plan: Plan) -> list[Plan]:
+        """Compound moves: the k smallest tables made data-parallel, the k heaviest table-row-wise
+        (domains filled least-loaded first) or row-wise, for k = 1, 2, ... A change of sharding type
+        often pays only for many tables at once (the first table-row-wise or data-parallel table
+        brings a collective's fixed cost; the next ones ride on it), which no single move sees."""
+        names = self.model.tables.names
+        tb = self.model.tables
+        D, L, H = self.D, self.L, self.H
+        limit = GROUP_MAX if self.T * self.D > 4096 else self.T
+        size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64)
+        out = []
+        for st, order in ((DP, np.argsort(size, kind="stable")), (TWRW, np.argsort(-self.weight, kind="stable")),
+                          (RW, np.argsort(-self.weight, kind="stable"))):
+            if st == TWRW and H < 2:
+                continue
+            todo = [t for t in order if plan.tables[names[t]].sharding_type != SHARDING_TYPES[st]
+                    and self.masks.types[t, st] > -1][:limit]
+            tables, load = dict(plan.tables), np.zeros(H)
+            for t in todo:
+                if st == TWRW:
+                    h = int(np.argmin(load))
+                    load[h] += self.weight[t]
+                    ranks = list(range(h * L, h * L + L))
+                else:
+                    ranks = list(range(D))
+                cache = 1.0 if st == DP else tables[names[t]].cache_ratio
+                tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)
+                out.append(dataclasses.replace(plan, tables=dict(tables)))
+        return out
+
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
         names = self.model.tables.names
@@ -323,8 +354,11 @@ class LocalSearch:
         return dataclasses.replace(plan, tables=tables)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None) -> tuple[Plan, float]:
-        """Improve `plan` until no single move helps, max_rounds, or the wall-clock deadline. Moves
+    def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None,
+            groups_first: bool = False) -> tuple[Plan, float]:
+        """Improve `plan` until no move helps, max_rounds, or the wall-clock deadline. Compound
+        moves (_group_candidates) are tried when no single move helps, and in the first round
+        with groups_first (a different basin: both are worth a try on small instances). Moves
         are taken on the tie-broken score; returned: the visited plan of least score (the step time
         when feasible) and that score, so the result is never worse than `plan`."""
         if exhaustive is None:
@@ -333,7 +367,7 @@ class LocalSearch:
         cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
         kept, kept_score = plan, float(hard)
-        for _ in range(max_rounds):
+        for rnd in range(max_rounds):
             if time.time() > deadline:
                 break
             best_plan, best = None, cur
@@ -375,6 +409,16 @@ class LocalSearch:
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), settings[j]
+            # compound moves, many tables to one sharding type at once: when no single move helps
+            # (every round would cost the plans' construction), and from the start with groups_first
+            first = rnd == 0 and groups_first
+            groups = self._group_candidates(plan) if (first or best_plan is None) and time.time() < deadline else []
+            if groups:
+                sc = self.scores(jax.tree_util.tree_map(lambda *xs: jnp.stack(xs),
+                                                        *[to_arrays(p, self.system, self.model) for p in groups]))
+                j = int(np.argmin(sc))
+                if sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), groups[j]
             # several improving table moves on disjoint tables and devices at once
             if len(improving) > 1:
                 combo, used_t, used_d = plan, set(), set()
