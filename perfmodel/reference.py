@@ -677,21 +677,15 @@ def unpack_dense(spec: Spec, dense_plan: str, packed_dense, like: dict):
 
 
 def _flatten(tree):
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    shapes = [np.shape(x) for x in leaves]
-    sizes = [int(np.prod(s)) for s in shapes]
+    """(every leaf of `tree` as one float32 vector, the function that splits such a vector back)."""
+    leaves = jax.tree_util.tree_leaves(tree)
     flat = np.concatenate([np.asarray(x, np.float32).reshape(-1) for x in leaves]) if leaves else np.zeros(0)
-
-    def unflat(v):
-        parts, o = [], 0
-        for s, n in zip(shapes, sizes):
-            parts.append(v[o:o + n].reshape(s))
-            o += n
-        return jax.tree_util.tree_unflatten(treedef, parts)
-    return flat, unflat
+    return flat, _unflattener(tree)[0]
 
 
-def _jnp_unflatten(like: dict):
+def _unflattener(like):
+    """(split a flat vector into `like`'s leaf shapes, numpy or jnp alike; the vector's length).
+    `like` may hold arrays or ShapeDtypeStructs."""
     leaves, treedef = jax.tree_util.tree_flatten(like)
     shapes = [tuple(np.shape(x)) for x in leaves]
     sizes = [int(np.prod(s)) for s in shapes]
@@ -763,7 +757,7 @@ def make_sharded_step(spec: Spec, plan: Plan, mesh, axis: str = "d"):
         if lay.dp_tables else np.zeros(0, np.int32)
     n_rw, n_dp = len(lay.rw_tables), len(lay.dp_tables)
     dense_like = jax.eval_shape(lambda: init_dense(spec, jax.random.PRNGKey(0)))
-    unflat, n_dense = _jnp_unflatten(dense_like)
+    unflat, n_dense = _unflattener(dense_like)
 
     def local(state, batch, maps):
         x, y, idx = batch["x"], batch["y"], batch["idx"]
