@@ -195,9 +195,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     name = "repacked" if packed is not greedy and ls.details(packed)[0] < tie else "greedy"
     start = packed if name == "repacked" else greedy
     half = t0 + 0.5 * (deadline - t0)
-    small = model.tables.count * system.num_chips <= 4096
     best_plan, best = ls.run(start, deadline=half)
-    if small:        # and, in what is left of the half, from the start with compound moves first: another basin
+    if ls.exhaustive:        # and, in what is left of the half, from the start with compound moves first: another basin
         p, s = ls.run(start, deadline=half, groups_first=True)
         if s < best:
             best_plan, best, name = p, s, name + ", compound moves first"

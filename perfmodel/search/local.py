@@ -28,6 +28,7 @@ from .relax import Masks, cw_options
 INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
 HOT, COLD = 3, 4      # per resource: heaviest devices to relieve, lightest to load (large instances)
 GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
+EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "small" instance)
 TIE = 1e-3            # weight of the resource spread in the local search's score (see _scores)
 TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
 
@@ -139,6 +140,7 @@ class LocalSearch:
         self.max_batch = max_batch or batch_size(system, model)
         self.dims = np.asarray(model.tables.dim).astype(int)
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
+        self.exhaustive = T * D <= EXHAUSTIVE
         tb = model.tables
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
 
@@ -278,7 +280,7 @@ class LocalSearch:
         names = self.model.tables.names
         tb = self.model.tables
         D, L, H = self.D, self.L, self.H
-        limit = GROUP_MAX if self.T * self.D > 4096 else self.T
+        limit = self.T if self.exhaustive else GROUP_MAX
         size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64)
         out = []
         for st, order in ((DP, np.argsort(size, kind="stable")), (TWRW, np.argsort(-self.weight, kind="stable")),
@@ -362,7 +364,7 @@ class LocalSearch:
         are taken on the tie-broken score; returned: the visited plan of least score (the step time
         when feasible) and that score, so the result is never worse than `plan`."""
         if exhaustive is None:
-            exhaustive = self.T * self.D <= 4096
+            exhaustive = self.exhaustive
         pa = to_arrays(plan, self.system, self.model)
         cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
