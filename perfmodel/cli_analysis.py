@@ -204,6 +204,14 @@ def _cmd_plot(args) -> int:
 
 # ------------------------------------------------------------------------------------------ parser
 
+def _add_problem(p) -> None:
+    """The arguments that name one problem: system, model, optional chip and plan."""
+    p.add_argument("--system", required=True, help="system preset or TOML path")
+    p.add_argument("--model", required=True, help="model preset or TOML path")
+    p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
+    p.add_argument("--plan", help="plan JSON; default: the greedy default plan")
+
+
 def register(sub) -> None:
     """Add sweep, sensitivity, trace and plot to the `perfmodel` subparsers."""
     sw = sub.add_parser(
@@ -230,11 +238,8 @@ def register(sub) -> None:
     se = sub.add_parser(
         "sensitivity", help="elasticities of step time (or cost) w.r.t. every hardware parameter, ranked",
         description="d log(metric) / d log(parameter) for every hardware parameter of SYSTEM (one jax.grad), "
-                    "ranked by size: +1 %% in the parameter changes the metric by elasticity %%.")
-    se.add_argument("--system", required=True, help="system preset or TOML path")
-    se.add_argument("--model", required=True, help="model preset or TOML path")
-    se.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    se.add_argument("--plan", help="plan JSON; default: the greedy default plan")
+                    "ranked by size: +1 % in the parameter changes the metric by elasticity %.")
+    _add_problem(se)
     se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
     se.add_argument("--top", type=int, default=15, help="rows to print (0: all; default 15)")
     se.add_argument("--json", action="store_true", help="print every parameter as JSON records")
@@ -244,10 +249,7 @@ def register(sub) -> None:
         "trace", help="one step as Chrome trace-event JSON (Perfetto, chrome://tracing)",
         description="Write one training step as a Chrome trace: a process per device (a sample when there are "
                     "many), threads for the compute stream, the communication stream and compute idle time.")
-    tr.add_argument("--system", required=True, help="system preset or TOML path")
-    tr.add_argument("--model", required=True, help="model preset or TOML path")
-    tr.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    tr.add_argument("--plan", help="plan JSON; default: the greedy default plan")
+    _add_problem(tr)
     tr.add_argument("--out", required=True, help="trace JSON to write (never overwritten)")
     tr.add_argument("--devices", help="ranks to show, e.g. 0,7,63 (default: slowest, fastest, evenly spaced)")
     tr.add_argument("--max-devices", type=int, default=8, help="devices shown when sampling (default 8)")
