@@ -76,17 +76,19 @@ def _step(params, state, system, model, masks, tau):
 
 def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, warm: Plan | None):
     """Initial parameters (restart 0 warm-started from `warm`) and optimizer state."""
-    keys = jax.random.split(jax.random.PRNGKey(seed), restarts)
-    params = jax.vmap(lambda k: init_params(k, system, model))(keys)
+    params = init_params(np.random.default_rng(seed), system, model, restarts)
     if warm is not None:
-        w = warm_start(warm, system, model)
-        params = jax.tree_util.tree_map(lambda a, b: a.at[0].set(b), params, w)
-    # strongly typed float32 (not weak-typed scalars): the step's outputs are strong, so weak
+        params = jax.tree_util.tree_map(lambda a, b: np.concatenate([np.asarray(b, np.float32)[None], a[1:]]),
+                                        params, warm_start(warm, system, model))
+    # strongly typed float32 arrays (not weak-typed scalars): the step's outputs are strong, so weak
     # inputs would make the second call compile the step again
-    strong = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(
-        jnp.asarray(x).dtype, jnp.floating) else x, tree)
-    params = strong(params)
-    return params, strong(jax.vmap(_OPT.init)(params))
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    return params, _init_state(params)
+
+
+@jax.jit
+def _init_state(params):
+    return jax.vmap(_OPT.init)(params)
 
 
 def is_compiled(restarts: int, system: System, model: RankingModel) -> bool:

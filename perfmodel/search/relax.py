@@ -104,16 +104,19 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
                  np.float32(1.0 if float(system.offload.engines) > 0 else 0.0))
 
 
-def init_params(key, system: System, model: RankingModel, scale: float = 0.5) -> SoftParams:
+def init_params(rng: np.random.Generator, system: System, model: RankingModel, restarts: int,
+                scale: float = 0.5) -> SoftParams:
+    """`restarts` random relaxed plans (leading axis), float32 numpy: no XLA program to compile."""
     T, D = model.tables.count, system.num_chips
     H = D // system.domain_size
-    ks = jax.random.split(key, 8)
-    n = lambda k, shape: scale * jax.random.normal(k, shape)
+    R = restarts
+    n = lambda *shape: (scale * rng.standard_normal((R, *shape))).astype(np.float32)
+    full = lambda v, *shape: np.full((R, *shape), v, np.float32)
     return SoftParams(
-        type_logits=n(ks[0], (T, 5)), place_logits=n(ks[1], (T, D)), domain_logits=n(ks[2], (T, H)),
-        cw_logit=n(ks[3], (T,)), dense_logits=n(ks[4], (3,)), algo_logits=n(ks[5], (4, 4)),
-        a2a_logits=jnp.zeros(3), grad_logits=jnp.zeros(3), offload_logit=jnp.asarray(1.0),
-        pipeline_logit=jnp.asarray(1.0), log_buckets=jnp.log(4.0), log_chunks=jnp.log(1.5),
+        type_logits=n(T, 5), place_logits=n(T, D), domain_logits=n(T, H),
+        cw_logit=n(T), dense_logits=n(3), algo_logits=n(4, 4),
+        a2a_logits=full(0.0, 3), grad_logits=full(0.0, 3), offload_logit=full(1.0),
+        pipeline_logit=full(1.0), log_buckets=full(np.log(4.0)), log_chunks=full(np.log(1.5)),
     )
 
 
