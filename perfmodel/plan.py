@@ -206,6 +206,12 @@ def _choice(src, key, value, allowed):
 
 def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
     """One-hot PlanArrays of a (validated) discrete plan."""
+    return jax.tree_util.tree_map(jnp.asarray, plan_arrays(plan, system, model))
+
+
+def plan_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
+    """to_arrays with numpy float32 leaves: what a search builds by the thousand (a jitted function
+    takes them as they are; thirteen device transfers per plan cost more than the plan's scoring)."""
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
     H = D // L
@@ -232,8 +238,8 @@ def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
     defaults = Plan(tables={}).algorithms
     for c, kind in enumerate(COLLECTIVES):
         algo[c, ALGORITHMS.index(plan.algorithms.get(kind, defaults[kind]))] = 1.0
-    onehot = lambda v, opts: jnp.asarray(np.eye(len(opts), dtype=np.float32)[opts.index(v)])
-    f = lambda x: jnp.asarray(x, jnp.float32)
+    onehot = lambda v, opts: np.eye(len(opts), dtype=np.float32)[opts.index(v)]
+    f = lambda x: np.asarray(x, np.float32)
     return PlanArrays(
         shard_type=f(st), placement=f(pl), domain_placement=f(dp), cw_shards=f(cw), cache_ratio=f(cache),
         dense_mode=onehot(plan.dense, DENSE_MODES), algorithm=f(algo),
@@ -244,8 +250,9 @@ def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
 
 
 def stack(plans: list[PlanArrays]) -> PlanArrays:
-    """Stack PlanArrays along a new leading axis, for jax.vmap."""
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *plans)
+    """Stack PlanArrays along a new leading axis, for jax.vmap (numpy leaves stay numpy)."""
+    return jax.tree_util.tree_map(
+        lambda *xs: np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.stack(xs), *plans)
 
 
 def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays:

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stack, to_arrays, validate_plan
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, plan_arrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
@@ -248,7 +248,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         converged = taken == steps
         candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
                       for r in range(restarts)]
-        scores = ls.scores(stack([to_arrays(p, system, model) for p in candidates]))
+        scores = ls.scores(stack([plan_arrays(p, system, model) for p in candidates]))
         notes["rounded_scores_s"] = [float(s) for s in scores]
         finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
         for rank, i in enumerate(finalists):

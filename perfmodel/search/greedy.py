@@ -28,7 +28,7 @@ from ..config import ConfigError
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
-from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, stack, to_arrays
+from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, plan_arrays, stack
 from ..workload import RankingModel
 
 MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
@@ -153,7 +153,7 @@ def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
     from .local import INFEASIBLE, score_plans
-    scores = score_plans(system, model, stack([to_arrays(c, system, model) for c in candidates]))
+    scores = score_plans(system, model, stack([plan_arrays(c, system, model) for c in candidates]))
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
 

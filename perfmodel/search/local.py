@@ -21,7 +21,7 @@ from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISION_BYTES, PRECISIONS, RW,
-                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, to_arrays)
+                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, stack)
 from ..workload import RankingModel
 from .relax import Masks, cw_options
 
@@ -79,10 +79,11 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     out = []
     for s in range(0, n, size):
-        chunk = jax.tree_util.tree_map(lambda x: x[s:s + size], batch)
         m = min(size, n - s)
-        if m < size:
-            chunk = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], size - m, axis=0)]), chunk)
+        chunk = batch if (s, m) == (0, n) else jax.tree_util.tree_map(lambda x: x[s:s + size], batch)
+        if m < size:       # numpy batches (plan_arrays) padded in numpy: no op-by-op dispatch
+            xp = lambda x: np if isinstance(x, np.ndarray) else jnp
+            chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
         out.append(np.asarray(_score_batch(system, model, chunk)[int(tie)])[:m])
     return np.concatenate(out)
 
@@ -150,11 +151,11 @@ class LocalSearch:
 
     def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a plan."""
-        return tuple(np.asarray(x) for x in _details(self.system, self.model, to_arrays(plan, self.system, self.model))[:6])
+        return tuple(np.asarray(x) for x in _details(self.system, self.model, plan_arrays(plan, self.system, self.model))[:6])
 
     def breakdown(self, plan: Plan):
         """The plan's Breakdown, as evaluate() gives it (from the compiled function the search uses)."""
-        return _details(self.system, self.model, to_arrays(plan, self.system, self.model))[6]
+        return _details(self.system, self.model, plan_arrays(plan, self.system, self.model))[6]
 
     def scores(self, batch) -> np.ndarray:
         return score_plans(self.system, self.model, batch, tie=True)
@@ -365,7 +366,7 @@ class LocalSearch:
         when feasible) and that score, so the result is never worse than `plan`."""
         if exhaustive is None:
             exhaustive = self.exhaustive
-        pa = to_arrays(plan, self.system, self.model)
+        pa = plan_arrays(plan, self.system, self.model)
         cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
         kept, kept_score = plan, float(hard)
@@ -406,7 +407,7 @@ class LocalSearch:
             # settings
             settings = self._setting_candidates(plan) if time.time() < deadline else []
             if settings:
-                batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[to_arrays(p, self.system, self.model) for p in settings])
+                batch = stack([plan_arrays(p, self.system, self.model) for p in settings])
                 sc = self.scores(batch)
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
@@ -416,8 +417,7 @@ class LocalSearch:
             first = rnd == 0 and groups_first
             groups = self._group_candidates(plan) if (first or best_plan is None) and time.time() < deadline else []
             if groups:
-                sc = self.scores(jax.tree_util.tree_map(lambda *xs: jnp.stack(xs),
-                                                        *[to_arrays(p, self.system, self.model) for p in groups]))
+                sc = self.scores(stack([plan_arrays(p, self.system, self.model) for p in groups]))
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), groups[j]
@@ -434,13 +434,13 @@ class LocalSearch:
                     used_t.add(t)
                     used_d |= devs | old
                 if len(used_t) > 1:
-                    sc = self.score(to_arrays(combo, self.system, self.model))
+                    sc = self.score(plan_arrays(combo, self.system, self.model))
                     if sc < best * (1 - 1e-9):
                         best, best_plan = sc, combo
             if best_plan is None:
                 break
             plan = best_plan
-            pa = to_arrays(plan, self.system, self.model)
+            pa = plan_arrays(plan, self.system, self.model)
             cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
             cur = float(cur_arr)
             if float(hard) < kept_score:
