@@ -89,16 +89,20 @@ def test_rebalance_keeps_shard_counts_and_memory(seed):
 
 def test_compound_moves_switch_growing_prefixes_of_tables(twins):
     """Group k turns the k first tables (smallest for data-parallel, heaviest for row-wise) to one
-    type at once, every other table as it was; table-row-wise needs more than one domain."""
+    type at once, every other table as it was; split k makes the k smallest data-parallel and every
+    other table row-wise; table-row-wise needs more than one domain."""
     system, model = twins
     start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
     ls = LocalSearch(system, model, make_masks(system, model))
     groups = ls._group_candidates(start)
-    assert len(groups) == 2 * T                          # data-parallel and row-wise; one domain: no TWRW
+    assert len(groups) == 3 * T + 1                      # data-parallel, row-wise, splits k = 0..T; no TWRW
+    for k, g in enumerate(groups[2 * T:]):
+        types = [g.tables[f"t{i}"].sharding_type for i in range(T)]     # identical sizes: stable order
+        assert types == ["data_parallel"] * k + ["row_wise"] * (T - k)
     for k, g in enumerate(groups[:T], start=1):
         types = [tp.sharding_type for tp in g.tables.values()]
         assert types.count("data_parallel") == k and types.count("table_wise") == T - k
-    for k, g in enumerate(groups[T:], start=1):
+    for k, g in enumerate(groups[T:2 * T], start=1):
         changed = [n for n, tp in g.tables.items() if tp.sharding_type == "row_wise"]
         assert len(changed) == k and all(g.tables[n].ranks == list(range(4)) for n in changed)
         assert all(g.tables[n] == start.tables[n] for n in g.tables if n not in changed)

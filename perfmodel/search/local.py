@@ -274,33 +274,62 @@ class LocalSearch:
         return out
 
     def _group_candidates(self, plan: Plan) -> list[Plan]:
-        """Compound moves: the k smallest tables made data-parallel, the k heaviest table-row-wise
-        (domains filled least-loaded first) or row-wise, for k = 1, 2, ... A change of sharding type
-        often pays only for many tables at once (the first table-row-wise or data-parallel table
-        brings a collective's fixed cost; the next ones ride on it), which no single move sees."""
+        """Compound moves, for k = 1, 2, ...: the k smallest tables made data-parallel; the k
+        heaviest table-row-wise (domains filled least-loaded first) or row-wise; and splits, the k
+        smallest data-parallel with every other table table-row-wise or row-wise. A
+        change of sharding type often pays only for many tables at once (the first table-row-wise
+        or data-parallel table brings a collective's fixed cost; the next ones ride on it), which no
+        single move sees."""
         names = self.model.tables.names
         tb = self.model.tables
         D, L, H = self.D, self.L, self.H
         limit = self.T if self.exhaustive else GROUP_MAX
         size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64)
+        heavy, small = np.argsort(-self.weight, kind="stable"), np.argsort(size, kind="stable")
+        ok = lambda t, st: self.masks.types[t, st] > -1
+        is_type = lambda tables, t, st: tables[names[t]].sharding_type == SHARDING_TYPES[st]
+
+        def domain_load(tables):        # what table-row-wise tables already put on each domain
+            load = np.zeros(H)
+            for t in range(self.T):
+                if is_type(tables, t, TWRW):
+                    load[tables[names[t]].ranks[0] // L] += self.weight[t]
+            return load
+
+        def assign(tables, t, st, load):
+            if st == TWRW:
+                h = int(np.argmin(load))
+                load[h] += self.weight[t]
+                ranks = list(range(h * L, h * L + L))
+            else:
+                ranks = list(range(D))
+            cache = 1.0 if st == DP else tables[names[t]].cache_ratio
+            tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)
+
         out = []
-        for st, order in ((DP, np.argsort(size, kind="stable")), (TWRW, np.argsort(-self.weight, kind="stable")),
-                          (RW, np.argsort(-self.weight, kind="stable"))):
+        for st, order in ((DP, small), (TWRW, heavy), (RW, heavy)):
             if st == TWRW and H < 2:
                 continue
-            todo = [t for t in order if plan.tables[names[t]].sharding_type != SHARDING_TYPES[st]
-                    and self.masks.types[t, st] > -1][:limit]
-            tables, load = dict(plan.tables), np.zeros(H)
+            todo = [t for t in order if not is_type(plan.tables, t, st) and ok(t, st)][:limit]
+            tables = dict(plan.tables)
+            load = domain_load(tables)
             for t in todo:
-                if st == TWRW:
-                    h = int(np.argmin(load))
-                    load[h] += self.weight[t]
-                    ranks = list(range(h * L, h * L + L))
-                else:
-                    ranks = list(range(D))
-                cache = 1.0 if st == DP else tables[names[t]].cache_ratio
-                tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)
+                assign(tables, t, st, load)
                 out.append(dataclasses.replace(plan, tables=dict(tables)))
+        # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
+        for st in (TWRW, RW):
+            if st == TWRW and H < 2:
+                continue
+            dp = [t for t in small if ok(t, DP)]
+            for k in range(0, min(len(dp), limit) + 1):
+                tables, load = dict(plan.tables), np.zeros(H)
+                for t in dp[:k]:
+                    assign(tables, t, DP, load)
+                for t in heavy:
+                    if t not in dp[:k] and ok(t, st):
+                        assign(tables, t, st, load)
+                if tables != plan.tables:
+                    out.append(dataclasses.replace(plan, tables=tables))
         return out
 
     # ------------------------------------------------------------------ applying moves to Plans
