@@ -170,7 +170,7 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
             freeze_settings, start) -> SearchResult:
     t0 = time.time()
     # leave room for the final evaluation and a last round of moves inside the budget
-    deadline = t0 + (0.9 * budget_s - 0.5 if budget_s is not None else 1e9)
+    deadline = t0 + (0.9 * budget_s - min(0.5, 0.1 * budget_s) if budget_s is not None else 1e9)
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
     if bad or not sharding_types:
         raise ConfigError("", "sharding_types", f"{bad or sharding_types!r}: allowed {', '.join(SHARDING_TYPES)}")
