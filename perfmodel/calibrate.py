@@ -351,7 +351,7 @@ def _measure_main(argv=None) -> int:
         return 0
     if not a.out:
         ap.error("measure needs --out")
-    from .cli import enable_compile_cache
+    from .cache import enable_compile_cache
     enable_compile_cache()                 # a second calibration skips the compiles
     ms = measure(GRIDS[a.grid], a.dtype, log=lambda m: print(m, flush=True))
     Path(a.out).write_text(json.dumps({"device": device_name(), "measurements": [dataclasses.asdict(m) for m in ms]}))

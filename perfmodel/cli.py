@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .cache import enable_compile_cache
 from .config import ConfigError, read_file
 
 
@@ -152,19 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
     _register_search(sub)
     _register_fidelity(sub)
     return parser
-
-
-def enable_compile_cache() -> None:
-    """Keep compiled XLA programs on disk between runs (the cost of a first `search` is mostly
-    compilation). PERFMODEL_CACHE_DIR overrides the folder; an empty value turns the cache off."""
-    import os
-
-    import jax
-
-    folder = os.environ.get("PERFMODEL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "perfmodel", "jax"))
-    if folder:
-        jax.config.update("jax_compilation_cache_dir", folder)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,7 +92,7 @@ class _Progress:
 
 class _CompileClock:
     """Seconds of XLA compilation a block caused, counting a program loaded from the persistent
-    cache (cli.enable_compile_cache) at the compile time it saved: the cost it would have had
+    cache (perfmodel.enable_compile_cache) at the compile time it saved: the cost it would have had
     without the cache, which is what predicts the compile of a program not in the cache."""
 
     _total = 0.0
