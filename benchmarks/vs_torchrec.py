@@ -109,10 +109,25 @@ def load_case(name: str):
 
 # ------------------------------------------------------------------------------------------ TorchRec side
 
+def topology_bandwidths(system, which: str) -> dict:
+    """TorchRec Topology bandwidths (its unit: bytes per ms). "torchrec": its defaults (HBM 897 GiB/s,
+    intra-host 600 GiB/s, cross-host 12.5 GiB/s). "system": the perfmodel system's achievable figures,
+    per chip: HBM bandwidth x efficiency, scale-up and scale-out line rate x efficiency, so that both
+    estimators price the same hardware."""
+    if which == "torchrec":
+        return {}
+    from perfmodel.hardware import link_bandwidths, link_efficiencies
+    up, out = (float(x) for x in link_bandwidths(system))
+    up_eff, out_eff = (float(x) for x in link_efficiencies(system))
+    per_ms = lambda bps: bps / 1e3
+    return dict(hbm_mem_bw=per_ms(float(system.chip.hbm_Bps) * float(system.chip.hbm_eff)),
+                intra_host_bw=per_ms(up * up_eff), inter_host_bw=per_ms(out * out_eff))
+
+
 class TorchRecSide:
     """TorchRec's view of one (system, model): its module, topology, planner and estimators."""
 
-    def __init__(self, system, model):
+    def __init__(self, system, model, bandwidths: str = "torchrec"):
         import torch
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -131,7 +146,7 @@ class TorchRecSide:
         self.module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
         self.sharders = [EmbeddingBagCollectionSharder()]
         self.topology = Topology(world_size=self.world, compute_device="cuda", local_world_size=self.local,
-                                 hbm_cap=int(float(system.chip.hbm_bytes)))
+                                 hbm_cap=int(float(system.chip.hbm_bytes)), **topology_bandwidths(system, bandwidths))
         self.constraints = {n: ParameterConstraints(pooling_factors=[float(p)]) for n, p in zip(self.names, self.pool)}
 
     def plan(self, timeout_s: int | None):
@@ -274,16 +289,19 @@ def torchrec_kinds(options) -> str:
     return ", ".join(f"{st}{f'({k} ranks)' if k else ''} {v}" for (st, k), v in sorted(c.items(), key=lambda kv: -kv[1]))
 
 
-def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int) -> dict:
+def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandwidths: str = "torchrec") -> dict:
     import perfmodel as pm
 
     system, model, desc = load_case(name)
-    tr = TorchRecSide(system, model)
+    tr = TorchRecSide(system, model, bandwidths)
     T, D = model.tables.count, system.num_chips
     print(f"\n=== {name}: {desc}")
     print(f"    {model.name}: {T} tables, {int(tr.rows.sum()):,} rows; {system.name}: {D} ranks "
           f"({D // tr.local} hosts x {tr.local}); global batch {int(float(model.global_batch)):,} "
-          f"({tr.batch:,} per rank); TorchRec HBM cap {float(system.chip.hbm_bytes) / 2**30:.1f} GiB/rank", flush=True)
+          f"({tr.batch:,} per rank); TorchRec HBM cap {float(system.chip.hbm_bytes) / 2**30:.1f} GiB/rank; TorchRec "
+          f"bandwidths ({bandwidths}): HBM {tr.topology.hbm_mem_bw * 1e3 / 2**30:.0f}, intra-host "
+          f"{tr.topology.intra_host_bw * 1e3 / 2**30:.0f}, cross-host {tr.topology.inter_host_bw * 1e3 / 2**30:.1f} GiB/s",
+          flush=True)
 
     # perfmodel: cold (compile included), then the same call twice more in this process. The second call
     # may still compile: a first call that skipped the relaxed gradient step (too little budget left for
@@ -363,6 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--torchrec-timeout-s", type=int, default=None,
                     help="cap TorchRec's planner (its timeout_seconds); default: no cap")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bandwidths", choices=("torchrec", "system"), default="torchrec",
+                    help="TorchRec's Topology bandwidths: its defaults, or the perfmodel system's achievable ones "
+                         "(HBM, scale-up, scale-out per chip), so that both cost models price the same hardware")
     args = ap.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     bad = [c for c in cases if c not in CASES]
@@ -378,7 +399,7 @@ def main(argv=None) -> int:
     print(f"vs_torchrec: torch {torch.__version__}, torchrec {getattr(torchrec, '__version__', '?')}, "
           f"jax {jax.__version__} ({jax.default_backend()}), {os.cpu_count()} CPU cores, "
           f"load {os.getloadavg()[0]:.2f}; perfmodel budget {args.budget_s:g} s")
-    results = [run_case(c, args.budget_s, args.torchrec_timeout_s, args.seed) for c in cases]
+    results = [run_case(c, args.budget_s, args.torchrec_timeout_s, args.seed, args.bandwidths) for c in cases]
     print("\nsummary:")
     for r in results:
         print(f"  {r['case']:<15} cold: planning speed-up {r['speed']:.2f}x ({'PASS' if r['speed'] >= 10 else 'MISS'}), "

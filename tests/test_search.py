@@ -124,3 +124,20 @@ def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
     assert main(args) == 2                                   # --out exists: refused
     assert "exists already" in capsys.readouterr().err
     assert main(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--budget-s", "-1"]) == 2
+
+
+def test_compile_clock_counts_compiles_not_cached_calls():
+    """The relaxed step's budget check rests on this clock: a fresh program counts its compile, a
+    second call of the same program counts nothing."""
+    import jax
+    import jax.numpy as jnp
+
+    from perfmodel.search.api import _CompileClock
+
+    f = jax.jit(lambda x: jnp.sin(x) * 3.0 + jnp.cos(x) ** 2)
+    x = jnp.arange(7.0)
+    with _CompileClock() as first:
+        f(x).block_until_ready()
+    with _CompileClock() as second:
+        f(x).block_until_ready()
+    assert first.seconds > 0.0 and second.seconds == 0.0
