@@ -289,7 +289,8 @@ def torchrec_kinds(options) -> str:
     return ", ".join(f"{st}{f'({k} ranks)' if k else ''} {v}" for (st, k), v in sorted(c.items(), key=lambda kv: -kv[1]))
 
 
-def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandwidths: str = "torchrec") -> dict:
+def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandwidths: str = "torchrec",
+             save_dir: Path | None = None) -> dict:
     import perfmodel as pm
 
     system, model, desc = load_case(name)
@@ -348,6 +349,15 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"TorchRec's plan round-tripped through perfmodel and back: TorchRec est. {roundtrip:.3f} ms "
           f"(planner's own: {rate_tr:.3f} ms)")
     print(f"    lossy in importing TorchRec's plan: {dict(lossy) if lossy else 'nothing'}")
+    if save_dir is not None:      # the plans as perfmodel JSON (pm.load_plan reads them), for analysis without rerunning
+        for label, plan in (("torchrec", tr_plan), ("cold", cold.plan), ("warm", warm.plan), ("quick", quick.plan),
+                            ("from_torchrec", refined.plan)):
+            path = save_dir / f"{name}_{bandwidths}_{label}.json"
+            if path.exists():
+                print(f"    not saved: {path} exists (nothing is overwritten)")
+            else:
+                plan.save(path)
+        print(f"    plans saved in {save_dir}")
     speed_cold, speed_quick = tr_wall / cold.wall_s, tr_wall / quick.wall_s
     verdict = lambda ok: "PASS" if ok else "MISS"
     rate = {key: tr.rate(est[key]) for key in ("cold", "warm", "quick")}
@@ -384,7 +394,11 @@ def main(argv=None) -> int:
     ap.add_argument("--bandwidths", choices=("torchrec", "system"), default="torchrec",
                     help="TorchRec's Topology bandwidths: its defaults, or the perfmodel system's achievable ones "
                          "(HBM, scale-up, scale-out per chip), so that both cost models price the same hardware")
+    ap.add_argument("--save-plans", type=Path, default=None, metavar="DIR",
+                    help="write every case's plans (TorchRec's, imported, and perfmodel's) as perfmodel JSON into DIR")
     args = ap.parse_args(argv)
+    if args.save_plans is not None and not args.save_plans.is_dir():
+        ap.error(f"--save-plans {args.save_plans}: not a folder (create it first)")
     cases = [c for c in args.cases.split(",") if c]
     bad = [c for c in cases if c not in CASES]
     if bad:
@@ -399,7 +413,8 @@ def main(argv=None) -> int:
     print(f"vs_torchrec: torch {torch.__version__}, torchrec {getattr(torchrec, '__version__', '?')}, "
           f"jax {jax.__version__} ({jax.default_backend()}), {os.cpu_count()} CPU cores, "
           f"load {os.getloadavg()[0]:.2f}; perfmodel budget {args.budget_s:g} s")
-    results = [run_case(c, args.budget_s, args.torchrec_timeout_s, args.seed, args.bandwidths) for c in cases]
+    results = [run_case(c, args.budget_s, args.torchrec_timeout_s, args.seed, args.bandwidths, args.save_plans)
+               for c in cases]
     print("\nsummary:")
     for r in results:
         print(f"  {r['case']:<15} cold: planning speed-up {r['speed']:.2f}x ({'PASS' if r['speed'] >= 10 else 'MISS'}), "
