@@ -1,8 +1,10 @@
 """perfmodel's plan search side by side with TorchRec's own planner (issue 3, deliverable 5).
 
     bash benchmarks/torchrec_env.sh                              # once: .venv-torchrec/ with torch (CPU) + torchrec
-    .venv-torchrec/bin/python benchmarks/vs_torchrec.py          # all cases (TorchRec plans the 300-table one for ~20 min on 2 cores)
+    .venv-torchrec/bin/python benchmarks/vs_torchrec.py          # all cases (TorchRec plans the 300-table one for 10-15 min on 2 cores)
     .venv-torchrec/bin/python benchmarks/vs_torchrec.py --cases mlperf-16 --budget-s 30
+    .venv-torchrec/bin/python benchmarks/vs_torchrec.py --bandwidths system --save-plans /tmp/plans
+        (TorchRec's estimator given the system's bandwidths; every plan written as perfmodel JSON)
 
 For the same tables and topology, per case:
   1. TorchRec's `EmbeddingShardingPlanner(topology, batch_size).plan(ebc, [EmbeddingBagCollectionSharder()])`
