@@ -361,7 +361,6 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
                 plan.save(path)
         print(f"    plans saved in {save_dir}")
     speed_cold, speed_quick = tr_wall / cold.wall_s, tr_wall / quick.wall_s
-    verdict = lambda ok: "PASS" if ok else "MISS"
     rate = {key: tr.rate(est[key]) for key in ("cold", "warm", "quick")}
     ok_cost = {key: rate[key] <= rate_tr * (1 + 1e-9) for key in rate}
     versus = lambda key: f"{rate[key]:.3f} ms, {100 * (rate[key] / rate_tr - 1):+.1f} %"
@@ -376,6 +375,10 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"{quick.step_s * 1e3:.3f} ms ({100 * (quick.step_s / float(bd_tr.step_s) - 1):+.1f} %)", flush=True)
     return dict(case=name, speed=speed_cold, speed_quick=speed_quick, cost_ok=ok_cost["cold"],
                 quick_ok=ok_cost["quick"])
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
 
 
 @contextlib.contextmanager
@@ -419,10 +422,10 @@ def main(argv=None) -> int:
                for c in cases]
     print("\nsummary:")
     for r in results:
-        print(f"  {r['case']:<15} cold: planning speed-up {r['speed']:.2f}x ({'PASS' if r['speed'] >= 10 else 'MISS'}), "
-              f"TorchRec-estimated cost no worse: {'PASS' if r['cost_ok'] else 'MISS'};  warm process at a tenth of "
-              f"TorchRec's time: {r['speed_quick']:.1f}x ({'PASS' if r['speed_quick'] >= 10 else 'MISS'}), cost no worse: "
-              f"{'PASS' if r['quick_ok'] else 'MISS'}")
+        print(f"  {r['case']:<15} cold: planning speed-up {r['speed']:.2f}x ({verdict(r['speed'] >= 10)}), "
+              f"TorchRec-estimated cost no worse: {verdict(r['cost_ok'])};  warm process at a tenth of "
+              f"TorchRec's time: {r['speed_quick']:.1f}x ({verdict(r['speed_quick'] >= 10)}), cost no worse: "
+              f"{verdict(r['quick_ok'])}")
     return 0
 
 

@@ -318,16 +318,16 @@ class LocalSearch:
                 assign(tables, t, st, load)
                 out.append(dataclasses.replace(plan, tables=dict(tables)))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
+        dp = [t for t in small if ok(t, DP)]
         for st in (TWRW, RW):
             if st == TWRW and H < 2:
                 continue
-            dp = [t for t in small if ok(t, DP)]
             for k in range(0, min(len(dp), limit) + 1):
-                tables, load = dict(plan.tables), np.zeros(H)
+                tables, load, replicated = dict(plan.tables), np.zeros(H), set(dp[:k])
                 for t in dp[:k]:
                     assign(tables, t, DP, load)
                 for t in heavy:
-                    if t not in dp[:k] and ok(t, st):
+                    if t not in replicated and ok(t, st):
                         assign(tables, t, st, load)
                 if tables != plan.tables:
                     out.append(dataclasses.replace(plan, tables=tables))
