@@ -106,3 +106,29 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
         changed = [n for n, tp in g.tables.items() if tp.sharding_type == "row_wise"]
         assert len(changed) == k and all(g.tables[n].ranks == list(range(4)) for n in changed)
         assert all(g.tables[n] == start.tables[n] for n in g.tables if n not in changed)
+
+
+def test_large_instances_split_at_growing_replica_counts():
+    """On a large instance (tables x devices > EXHAUSTIVE) compound moves switch at most GROUP_MAX
+    tables one by one, but the splits (the k smallest data-parallel, every other table row-wise)
+    go on past GROUP_MAX in steps of half, up to every table replicated."""
+    from perfmodel.search.local import EXHAUSTIVE, GROUP_MAX
+    n = 300
+    data = {
+        "name": "many", "global_batch": 16384, "dense_dtype": "bf16", "param_bytes": 4,
+        "activation_bytes": 2, "dense_optimizer": "adagrad",
+        "embeddings": {"dim": 64, "bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+                       "names": [f"t{i}" for i in range(n)], "rows": [10_000 + i for i in range(n)],
+                       "pooling": [4] * n},
+        "dense": {"layers": [{"kind": "mlp", "name": "top_mlp", "stage": "top", "input": 64 * n, "widths": [1]}]},
+    }
+    system, model = pm.load_system("mtia300-16"), parse_model(data, "300 small tables")
+    assert n * system.num_chips > EXHAUSTIVE and system.num_chips == system.domain_size
+    start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i % 16]) for i in range(n)})
+    ls = LocalSearch(system, model, make_masks(system, model))
+    groups = ls._group_candidates(start)
+    splits = [g for g in groups if all(tp.sharding_type in ("data_parallel", "row_wise") for tp in g.tables.values())]
+    replicated = [sum(tp.sharding_type == "data_parallel" for tp in g.tables.values()) for g in splits]
+    assert replicated == list(range(GROUP_MAX + 1)) + [48, 72, 108, 162, 243, 300]
+    for g, k in zip(splits, replicated):       # the smallest tables (fewest rows) are the replicated ones
+        assert all((g.tables[f"t{i}"].sharding_type == "data_parallel") == (i < k) for i in range(n))

@@ -319,10 +319,16 @@ class LocalSearch:
                 out.append(dataclasses.replace(plan, tables=dict(tables)))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
         dp = [t for t in small if ok(t, DP)]
+        # k = 0, 1, ..., limit, then growing by half (h100-256 prod-856: the best split up to 32 replicates 31
+        # tables, 18.15 ms; 48 gives 18.11)
+        ks, k = list(range(0, min(len(dp), limit) + 1)), limit
+        while k < len(dp):
+            k = min(len(dp), int(k * 1.5))
+            ks.append(k)
         for st in (TWRW, RW):
             if st == TWRW and H < 2:
                 continue
-            for k in range(0, min(len(dp), limit) + 1):
+            for k in ks:
                 tables, load, replicated = dict(plan.tables), np.zeros(H), set(dp[:k])
                 for t in dp[:k]:
                     assign(tables, t, DP, load)
