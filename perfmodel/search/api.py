@@ -249,8 +249,12 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
         notes["gradient_steps"] = taken
         converged = taken == steps
-        candidates = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
-                      for r in range(restarts)]
+        rounded = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), masks, system, model))
+                   for r in range(restarts)]
+        # each rounding also with its table-wise / column-wise shards repacked over resources: argmax
+        # rounding keeps the relaxation's sharding types and settings but not its balance (a table
+        # spread over many devices lands whole on one)
+        candidates = rounded + [rebalance(system, model, p, ls.details(p)[2]) for p in rounded]
         scores = ls.scores(stack([plan_arrays(p, system, model) for p in candidates]))
         notes["rounded_scores_s"] = [float(s) for s in scores]
         finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
