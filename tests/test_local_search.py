@@ -132,3 +132,27 @@ def test_large_instances_split_at_growing_replica_counts():
     assert replicated == list(range(GROUP_MAX + 1)) + [48, 72, 108, 162, 243, 300]
     for g, k in zip(splits, replicated):       # the smallest tables (fewest rows) are the replicated ones
         assert all((g.tables[f"t{i}"].sharding_type == "data_parallel") == (i < k) for i in range(n))
+
+
+def test_roundings_include_each_restart_repacked(twins):
+    """Two relaxed restarts whose placements all lean to device 0: argmax rounding stacks the eight
+    tables there; the repacked rounding of each keeps their sharding types and spreads them two per
+    device, and scores lower."""
+    import jax
+    from perfmodel.search.api import roundings
+    from perfmodel.search.gradient import warm_start
+    system, model = twins
+    start = placed(system, model, [0] * T)
+    one = warm_start(start, system, model)
+    params = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * 2), one)
+    masks = make_masks(system, model)
+    ls = LocalSearch(system, model, masks)
+    plans = roundings(params, masks, ls)
+    assert len(plans) == 4
+    for p in plans[:2]:
+        assert list(counts(p, 4)) == [T, 0, 0, 0]
+    for p in plans[2:]:
+        assert list(counts(p, 4)) == [2, 2, 2, 2]
+        assert all(tp.sharding_type == "table_wise" for tp in p.tables.values())
+    scores = score_plans(system, model, pm.plan.stack([pm.plan.plan_arrays(p, system, model) for p in plans]))
+    assert scores[2] < scores[0]
