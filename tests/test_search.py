@@ -81,12 +81,12 @@ def test_search_beats_or_ties_greedy(name, mlperf):
     assert found.feasible and found.step_s <= greedy.step_s * (1 + 1e-9)
 
 
-def test_large_instance_search_weighs_compound_moves_from_its_first_round():
+def test_large_instance_search_starts_from_a_compound_move_that_leads():
     """300 tables on 2 x 8 H100 (a large instance: no exhaustive moves). Greedy places almost every
     table whole on one GPU; one compound move (every table table-row-wise but the smallest,
     replicated) beats it by a third (27.8 -> 17.4 ms), and no single-table move leads there. The
     search must not end above it (10-s budget: 21.0 ms when compound moves were scored only once
-    single moves stalled; 14.0 now that the first round scores them)."""
+    single moves stalled; 14.0 now that the descent starts from that move)."""
     from perfmodel.generator import synthetic_embeddings
     from perfmodel.plan import plan_arrays, stack
     from perfmodel.search.local import LocalSearch, score_plans
