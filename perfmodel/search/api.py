@@ -213,12 +213,13 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
 
 
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
-    """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better)
-    with half the budget; then, if the time left covers compiling the
-    relaxed step (estimated as RELAXED_COMPILE x the hard scorer's compile as _CompileClock measured it, or
-    free when already compiled),
-    run the gradient restarts, round them and refine the best roundings; then iterated local search
-    (seeded kicks of the best plan, each refined) with the time left. Best plan wins."""
+    """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
+    on a large instance, the best compound move of that when it leads: _compound_start) with half
+    the budget. Then, if the time left covers compiling the relaxed step (estimated as
+    RELAXED_COMPILE x the hard scorer's compile as _CompileClock measured it, or free when already
+    compiled), run the gradient restarts, round them (argmax and repacked: roundings) and refine
+    the best roundings. Then iterated local search (seeded kicks of the best plan, each refined)
+    with the time left. Best plan wins."""
     from . import gradient as gs
 
     with _CompileClock() as clock:
