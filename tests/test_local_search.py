@@ -156,3 +156,22 @@ def test_roundings_include_each_restart_repacked(twins):
         assert all(tp.sharding_type == "table_wise" for tp in p.tables.values())
     scores = score_plans(system, model, pm.plan.stack([pm.plan.plan_arrays(p, system, model) for p in plans]))
     assert scores[2] < scores[0]
+
+
+@pytest.mark.parametrize("lead, taken", [(0.10, True), (0.031, True), (0.029, False), (-0.05, False)])
+def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
+    """A large instance's descent starts from the best compound move of its start only when that
+    scores COMPOUND_LEAD (3 %) below the start; a smaller gain is left to the descent."""
+    from perfmodel.search import api
+    system, model = twins
+    start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
+    ls = LocalSearch(system, model, make_masks(system, model))
+    base = float(ls.details(start)[0])
+    groups = ls._group_candidates(start)
+    fake = {id(g): base * (1.0 + 0.5 * (i + 1)) for i, g in enumerate(groups)}   # all worse ...
+    fake[id(groups[3])] = base * (1.0 - lead)                                     # ... but one
+    ls._group_candidates = lambda plan: groups
+    ls.scores = lambda batch: np.asarray([fake[id(g)] for g in groups])
+    plan, name = api._compound_start(ls, start, "greedy")
+    assert api.COMPOUND_LEAD == 0.03
+    assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))
