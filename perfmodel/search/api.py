@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, plan_arrays, stack, to_arrays, validate_plan
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .local import INFEASIBLE, LocalSearch
@@ -251,7 +251,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         notes["gradient_steps"] = taken
         converged = taken == steps
         candidates = roundings(params, masks, ls, settings_of)
-        scores = ls.scores(stack([plan_arrays(p, system, model) for p in candidates]))
+        scores = ls.scores_of(candidates)
         notes["rounded_scores_s"] = [float(s) for s in scores]
         finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
         for rank, i in enumerate(finalists):
@@ -289,7 +289,7 @@ def _compound_start(ls: LocalSearch, start: Plan, name: str) -> tuple[Plan, str]
     groups = ls._group_candidates(start)
     if not groups:
         return start, name
-    scores = ls.scores(stack([plan_arrays(p, ls.system, ls.model) for p in groups]))
+    scores = ls.scores_of(groups)
     j = int(np.argmin(scores))
     if scores[j] < (1.0 - COMPOUND_LEAD) * float(ls.details(start)[0]):
         return groups[j], name + ", compound move"

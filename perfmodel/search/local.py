@@ -161,6 +161,10 @@ class LocalSearch:
     def scores(self, batch) -> np.ndarray:
         return score_plans(self.system, self.model, batch, tie=True)
 
+    def scores_of(self, plans: list[Plan]) -> np.ndarray:
+        """Tie-broken scores of a list of Plans, in one batch."""
+        return self.scores(stack([plan_arrays(p, self.system, self.model) for p in plans]))
+
     # ------------------------------------------------------------------ candidates
     def _hot_cold(self, loads, memory, cap) -> tuple[np.ndarray, np.ndarray]:
         """Devices to move tables off (the HOT heaviest in every resource that can bind the step:
@@ -451,8 +455,7 @@ class LocalSearch:
             due = self.exhaustive or best_plan is None or rnd % SETTINGS_EVERY == 0
             settings = self._setting_candidates(plan) if due and time.time() < deadline else []
             if settings:
-                batch = stack([plan_arrays(p, self.system, self.model) for p in settings])
-                sc = self.scores(batch)
+                sc = self.scores_of(settings)
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), settings[j]
@@ -461,7 +464,7 @@ class LocalSearch:
             first = rnd == 0 and groups_first
             groups = self._group_candidates(plan) if (first or best_plan is None) and time.time() < deadline else []
             if groups:
-                sc = self.scores(stack([plan_arrays(p, self.system, self.model) for p in groups]))
+                sc = self.scores_of(groups)
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), groups[j]
