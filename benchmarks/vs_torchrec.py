@@ -80,30 +80,9 @@ def _need_torchrec():
 
 # ------------------------------------------------------------------------------------------- models
 
-def synthetic_model(seed: int, num_tables: int, total_params: float):
-    """A ranking model over `num_tables` synthetic tables: the MLPerf dense part over their concatenation."""
-    from perfmodel.generator import synthetic_embeddings
-    from perfmodel.workload import parse_model
-
-    g = synthetic_embeddings(seed=seed, num_tables=num_tables, total_params=total_params)
-    width = int(sum(g["dim"])) + 128                # pooled embeddings + the bottom MLP's output
-    data = {
-        "name": f"synthetic-{num_tables}", "description": "vs_torchrec: synthetic tables, MLPerf-like dense part",
-        "global_batch": 65536, "dense_dtype": "bf16", "param_bytes": 4, "activation_bytes": 2,
-        "dense_optimizer": "adagrad",
-        "embeddings": {"bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
-                       "rows": g["rows"], "dim": g["dim"], "pooling": g["pooling"],
-                       "access_skew": g["access_skew"], "names": g["names"]},
-        "dense": {"layers": [
-            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [512, 256, 128]},
-            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": width, "widths": [1024, 1024, 512, 256, 1]},
-        ]},
-    }
-    return parse_model(data, "vs_torchrec synthetic model")
-
-
 def load_case(name: str):
     import perfmodel as pm
+    from perfmodel.search.instances import synthetic_model
     model_name, system_name, desc = CASES[name]
     model = synthetic_model(**SYNTHETIC) if model_name == "synthetic-300" else pm.load_model(model_name)
     return pm.load_system(system_name), model, desc

@@ -84,26 +84,14 @@ def test_search_beats_or_ties_greedy(name, mlperf):
 def test_large_instance_search_starts_from_a_compound_move_that_leads():
     """300 tables on 2 x 8 H100 (a large instance: no exhaustive moves). Greedy places almost every
     table whole on one GPU; one compound move (every table table-row-wise but the smallest,
-    replicated) beats it by a third (27.8 -> 17.4 ms), and no single-table move leads there. The
-    search must not end above it (10-s budget: 21.0 ms when compound moves were scored only once
-    single moves stalled; 14.0 now that the descent starts from that move)."""
-    from perfmodel.generator import synthetic_embeddings
+    replicated) beats it by a third (27.8 -> 17.5 ms), and no single-table move leads there. The
+    search must not end above it (10-s budget: 21.1 ms when compound moves were scored only once
+    single moves stalled; 14.8 now that the descent starts from that move)."""
     from perfmodel.plan import plan_arrays, stack
+    from perfmodel.search.instances import synthetic_model
     from perfmodel.search.local import LocalSearch, score_plans
     from perfmodel.search.relax import make_masks
-    from perfmodel.workload import parse_model
-    g = synthetic_embeddings(seed=1, num_tables=300, total_params=2e9)
-    data = {
-        "name": "synthetic-300", "global_batch": 65536, "dense_dtype": "bf16", "param_bytes": 4,
-        "activation_bytes": 2, "dense_optimizer": "adagrad",
-        "embeddings": {"bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
-                       **{k: g[k] for k in ("rows", "dim", "pooling", "access_skew", "names")}},
-        "dense": {"layers": [
-            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [512, 256, 128]},
-            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": int(sum(g["dim"])) + 128,
-             "widths": [1024, 512, 1]}]},
-    }
-    system, model = pm.load_system("h100-16"), parse_model(data, "300 synthetic tables")
+    system, model = pm.load_system("h100-16"), synthetic_model(seed=1, num_tables=300, total_params=2e9)
     ls = LocalSearch(system, model, make_masks(system, model))
     assert not ls.exhaustive
     greedy = pm.greedy_plan(system, model)

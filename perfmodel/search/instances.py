@@ -34,5 +34,28 @@ def small_instance(seed: int) -> tuple[System, RankingModel]:
     return system, parse_model(data, f"small instance {seed}")
 
 
+def synthetic_model(seed: int, num_tables: int, total_params: float) -> RankingModel:
+    """A ranking model over `num_tables` synthetic tables (perfmodel.generator: heavy-tailed rows and
+    pooling), with MLPerf DLRM-DCNv2's MLP widths as the dense part over their concatenation; global
+    batch 65,536. benchmarks/vs_torchrec.py's 300-table case is (seed 0, 300, 2.5e10)."""
+    from ..generator import synthetic_embeddings
+
+    g = synthetic_embeddings(seed=seed, num_tables=num_tables, total_params=total_params)
+    width = int(sum(g["dim"])) + 128                # pooled embeddings + the bottom MLP's output
+    data = {
+        "name": f"synthetic-{num_tables}", "description": "synthetic tables, MLPerf-like dense part",
+        "global_batch": 65536, "dense_dtype": "bf16", "param_bytes": 4, "activation_bytes": 2,
+        "dense_optimizer": "adagrad",
+        "embeddings": {"bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+                       "rows": g["rows"], "dim": g["dim"], "pooling": g["pooling"],
+                       "access_skew": g["access_skew"], "names": g["names"]},
+        "dense": {"layers": [
+            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [512, 256, 128]},
+            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": width, "widths": [1024, 1024, 512, 256, 1]},
+        ]},
+    }
+    return parse_model(data, f"synthetic model ({num_tables} tables, seed {seed})")
+
+
 SUITE = (("dlrm-dcnv2-mlperf", "mtia300-64"), ("dlrm-dcnv2-mlperf", "h100-64"), ("prod-856", "mtia300-256"),
          ("prod-856", "h100-256"), ("rec-150b", "mtia300-1024"))
