@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from .cache import jit
 from .cost import collectives as coll
 from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
 from .cost.embedding import embedding_costs
@@ -81,15 +82,19 @@ def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, te
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)
-    return _evaluate_jit(system, model, plan, float(temperature))
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((system, model, plan)))
+    return (_evaluate_nested if traced else _evaluate_jit)(system, model, plan, float(temperature))
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
     return _step_model(system, model, pa, tau)
 
 
-# compiled once per problem shape (System, model and plan structures), reused by every call
-_evaluate_jit = jax.jit(_evaluate, static_argnums=3)
+# compiled once per problem shape (System, model and plan structures), reused by every call; with
+# perfmodel's compile options (cache.jit), which jax allows only on a top-level jit: evaluate() called
+# under a transformation (inside a jit, vmap or grad: its inputs are tracers) uses a plain one
+_evaluate_jit = jit(_evaluate, static_argnums=3)
+_evaluate_nested = jax.jit(_evaluate, static_argnums=3)
 
 
 def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:

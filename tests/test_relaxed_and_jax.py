@@ -49,6 +49,18 @@ def test_soft_plan_is_continuous_at_one_hot(setup):
     assert d1 / d2 > 5.0 and d2 / d3 > 5.0 and d3 / hard < 0.05
 
 
+def test_evaluate_inside_a_users_jit_and_vmap_equals_the_top_level_call(setup):
+    """pm.evaluate compiles with perfmodel's XLA options (cache.jit), which jax allows on a top-level
+    jit only; called under the user's jit or vmap it must still work and give the same figures."""
+    s, m, plan, pa = setup
+    top = pm.evaluate(s, m, pa)
+    in_jit = jax.jit(lambda sv: pm.evaluate(sv, m, pa).step_s)(s)
+    in_vmap = jax.vmap(lambda bw: pm.evaluate(dataclasses.replace(s, nic=dataclasses.replace(s.nic, port_Bps=bw)),
+                                              m, pa).step_s)(jnp.stack([s.nic.port_Bps, s.nic.port_Bps]))
+    assert float(in_jit) == pytest.approx(float(top.step_s), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(in_vmap), float(top.step_s), rtol=1e-6)
+
+
 def test_vmap_over_plans_equals_one_at_a_time(mtia64, small):
     plans = pm.random_plans(jax.random.PRNGKey(3), mtia64, small, 8)
     f = step_fn("dlrm-small")

@@ -11,12 +11,12 @@ the model has a kink (a max of two paths, a bandwidth cap) the gradient is that 
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import evaluate
 from ..hardware import GB, GBPS, TF, US, System
@@ -103,7 +103,7 @@ def leaf_info(system: System) -> list[tuple[str, str, str, float, str]]:
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("metric",))
+@jit(static_argnames=("metric",))
 def _grad(system, model, plan, metric):
     """The metric and the gradient of its log w.r.t. the System (one reverse pass; a compile per metric)."""
     def f(s):

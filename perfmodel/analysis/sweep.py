@@ -20,7 +20,6 @@ devices). A pandas DataFrame if pandas imports, else a dict of numpy columns.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from typing import Callable, Mapping, Sequence
@@ -29,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import PHASES, Breakdown, evaluate
 from ..hardware import System, link_bandwidths
@@ -154,7 +154,7 @@ def points(vary: Mapping[str, Sequence], paired: bool = False) -> tuple[list[str
 
 # ------------------------------------------------------------------------------------- evaluation
 
-@functools.partial(jax.jit, static_argnames=("names", "batched_plan"))
+@jit(static_argnames=("names", "batched_plan"))
 def _run(system, model, plan, values, names, batched_plan):
     def one(v, p):
         st = K.apply(names, K.State(system, model, p), [v[i] for i in range(len(names))])

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import CW, PlanArrays
@@ -49,7 +49,7 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
     )
 
 
-_sample = jax.jit(sample_plans, static_argnums=4)
+_sample = jit(sample_plans, static_argnums=4)
 
 
 def random_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float):
@@ -72,7 +72,7 @@ def random_search(system: System, model: RankingModel, masks: Masks, *, seed: in
     return best_pa, best, count
 
 
-@partial(jax.jit, static_argnums=6)
+@jit(static_argnums=6)
 def _generation(key, pop, fit, system, model, masks, n, pm):
     T = model.tables.count
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import _evaluate
 from ..hardware import System, link_bandwidths
@@ -88,7 +89,7 @@ def scan(name: str, system: System, model: RankingModel, plan, points: int = 33)
     def one(v):
         bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
         return _metric(bd, spec.metric), bd.feasible
-    obj, feas = jax.jit(jax.vmap(one))(jnp.asarray(values, jnp.float32))
+    obj, feas = jit(jax.vmap(one))(jnp.asarray(values, jnp.float32))
     return values, np.asarray(obj), np.asarray(feas)
 
 

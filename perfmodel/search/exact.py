@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..config import ConfigError
 from ..cost import collectives as coll
 from ..cost.embedding import embedding_costs
@@ -52,7 +53,7 @@ def _quantities(P, system, model, pa0, a2a_b, grad_b):
             "is": emb.in_send * MB, "ir": emb.in_recv * MB, "mem": bd.memory_bytes * MB}
 
 
-@jax.jit
+@jit
 def _linear_parts(system, model, pa0, a2a_b, grad_b):
     """Value at P = 0 and Jacobian w.r.t. P of every placement-linear quantity (exact: linear)."""
     P0 = jnp.zeros_like(pa0.placement)

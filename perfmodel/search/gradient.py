@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..cache import jit
 from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
@@ -64,7 +65,7 @@ def relaxed_loss(params: SoftParams, system: System, model: RankingModel, masks:
 _OPT = optax.adam(0.05)
 
 
-@jax.jit
+@jit
 def _step(params, state, system, model, masks, tau):
     """One Adam step of every restart at once (module level: compiled once per problem shape)."""
     val, grads = jax.vmap(jax.value_and_grad(relaxed_loss), in_axes=(0, None, None, None, None))(
@@ -86,7 +87,7 @@ def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, wa
     return params, _init_state(params)
 
 
-@jax.jit
+@jit
 def _init_state(params):
     return jax.vmap(_OPT.init)(params)
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate
 from ..hardware import System
@@ -62,7 +63,7 @@ def _scores(system, model, pa):
     return score, score * (1.0 + TIE * spread), bd, loads
 
 
-@jax.jit
+@jit
 def _score_batch(system, model, batch):
     return jax.vmap(lambda p: _scores(system, model, p)[:2])(batch)
 
@@ -89,7 +90,7 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
     return np.concatenate(out)
 
 
-@jax.jit
+@jit
 def _details(system, model, pa):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
     the score."""
@@ -97,7 +98,7 @@ def _details(system, model, pa):
     return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score, bd
 
 
-@jax.jit
+@jit
 def _apply_table_moves(pa: PlanArrays, t, st, dev, dev2, k, dom, cache):
     """Batch of plans, each with table t[i] set to type st[i] on device dev[i] (column-wise: dev and
     dev2, half each when k = 2), domain dom[i], cache ratio cache[i]."""
@@ -116,7 +117,7 @@ def _apply_table_moves(pa: PlanArrays, t, st, dev, dev2, k, dom, cache):
     return jax.vmap(one)(t, st, dev, dev2, k, dom, cache)
 
 
-@jax.jit
+@jit
 def _apply_swaps(pa: PlanArrays, t1, t2):
     def one(a, b):
         P = pa.placement
