@@ -22,8 +22,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ..cache import jit
 from ..config import ConfigError
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
@@ -35,6 +38,23 @@ MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (T
 HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
 
 
+@jit
+def _inputs(system: System, model: RankingModel, shards):
+    """What the greedy planner needs from the cost model, in one compiled program (called op by op,
+    the same functions compiled some thirty one-op programs: about 1 s of a cold search):
+    every table's (forward, backward) seconds at row width dim / c for c = 1..C (shards: [C, T] of c),
+    the link bandwidths, the capacity, the activation bytes, and the dense state per shard count."""
+    tb = model.tables
+    one = jnp.ones(tb.count, jnp.float32)
+    f, b = jax.vmap(lambda c: table_seconds(system.chip, model, tb.dim / c, one))(shards)
+    up, out = link_bandwidths(system)
+    D, L = system.num_chips, system.domain_size
+    pooled = jnp.sum(tb.output_per_sample() * tb.dim)
+    return dict(f=f, b=b, up=up, out=out, cap=capacity_bytes(system), out_rows=tb.output_per_sample(),
+                row_bytes=tb.bytes_per_row(), act=activation_bytes(model, model.global_batch / D, pooled),
+                dense=jnp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(L), float(D))]))
+
+
 def greedy_plan(system: System, model: RankingModel) -> Plan:
     tb = model.tables
     D, L = system.num_chips, system.domain_size
@@ -42,11 +62,13 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     B = float(model.global_batch)
     rows = np.asarray(tb.rows, np.float64)
     dim = np.asarray(tb.dim, np.float64)
-    out_rows = np.asarray(tb.output_per_sample(), np.float64)
-    size = rows * np.asarray(tb.bytes_per_row(), np.float64)
-    one = np.ones(T, np.float32)
-    f, bw = (np.asarray(x, np.float64) for x in table_seconds(system.chip, model, tb.dim, one))
-    up, out = (float(x) for x in link_bandwidths(system))
+    widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
+    q = {k: np.asarray(v, np.float64) for k, v in
+         _inputs(system, model, np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)).items()}
+    out_rows = q["out_rows"]
+    size = rows * q["row_bytes"]
+    f, bw = q["f"][0], q["b"][0]
+    up, out = float(q["up"]), float(q["out"])
     link = out if len(system.levels) > 1 else up
     out_bytes = B * out_rows * dim * 4.0
     in_bytes = B * np.asarray(tb.pooling, np.float64) * float(tb.index_bytes)
@@ -54,12 +76,12 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     sequence = np.asarray(tb.sequence) > 0
 
     dense_mode = "replicated"
-    cap = float(capacity_bytes(system))
+    cap = float(q["cap"])
     pooled = float(np.sum(out_rows * dim))
-    act = float(activation_bytes(model, B / D, pooled))
+    act = float(q["act"])
     buffers = 4.0 * (B / D) * pooled * 4.0
-    for mode, shard in (("replicated", 1.0), ("hybrid", float(L)), ("fully_sharded", float(D))):
-        dense = float(dense_state_bytes(model, shard))
+    for mode, dense in zip(("replicated", "hybrid", "fully_sharded"), q["dense"]):
+        dense = float(dense)
         dense_mode = mode
         if dense + act + buffers < 0.5 * cap:
             break
@@ -103,11 +125,9 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     rest = [i for i in range(T) if names[i] not in tables]
     fair = (load[rest].sum() + work.sum()) / D if rest else 0.0
     shards = []      # (load, bytes, table index, k)
-    widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
     shard_load = {1: load}
     for c in range(2, widest + 1):             # one shard of c: all the lookups at width dim / c
-        fc, bc = (np.asarray(x, np.float64) for x in table_seconds(system.chip, model, tb.dim / c, one))
-        shard_load[c] = fc + bc + (out_bytes / c + in_bytes) / max(link, 1.0)
+        shard_load[c] = q["f"][c - 1] + q["b"][c - 1] + (out_bytes / c + in_bytes) / max(link, 1.0)
     for i in rest:
         k = 1
         if load[i] > fair and D > 1:
