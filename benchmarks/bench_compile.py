@@ -8,7 +8,8 @@ Per instance (model@system) and program:
   - scorer: the local search's batched hard scorer (search.local._score_batch) on one batch of
     search.local.batch_size plans (greedy's plan repeated);
   - details: the single-plan scorer the search calls after each accepted move (search.local._details);
-  - relaxed step: one Adam step of 8 relaxed restarts (search.gradient._step).
+  - relaxed step: one Adam step of 8 relaxed restarts (search.gradient._step). The library compiles
+    it with XLA's defaults (it runs slower with perfmodel's options): shown for comparison.
 Each is lowered once and compiled under both option sets (`Lowered.compile(compiler_options=...)`);
 printed: compile s, best run ms of --repeat calls, the ratios perfmodel / default, and the largest
 relative difference between the two programs' outputs (0: bitwise identical; fused code may round

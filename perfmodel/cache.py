@@ -31,9 +31,9 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
 # code generation compiles perfmodel's programs (thousands of small scalar ops: one per network level,
 # protocol and algorithm) 1.3-1.7x slower. Measured on 2 cores by benchmarks/bench_compile.py, default
 # vs these options: the hard scorers (batched and single-plan) compile in 3.3-3.9 s vs 1.9-2.3 s, run
-# as fast (0.94-1.12x) and give bitwise the same results; the relaxed gradient step compiles in 11-12 s
-# vs 8.4-9.1 s and runs 1.4-1.6x slower (150 steps: +0.05 s on MLPerf, +0.8 s on prod-856), rounding
-# differently in the last bits. A first search of a problem shape compiles all of them.
+# as fast (0.94-1.12x) and give bitwise the same results. The relaxed gradient step keeps XLA's
+# defaults: these options save it 2-3 s of compile (11-12 s vs 8.4-9.1 s) but make it run 1.4-1.6x
+# slower, which a warm search with a small budget pays at every step (search/gradient.py).
 CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 

@@ -30,8 +30,9 @@ from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
-# the relaxed step's trace + compile (forward and gradient of every restart) over the hard scorer's compile:
-# measured 4.1 (h100-16) and 4.0 (mtia300-64) on MLPerf tables, 2 cores; with a margin
+# the relaxed step's compile (forward and gradient of every restart, XLA's default options) over the
+# single-plan scorer's (cache.jit's options): 5.6 (MLPerf, h100-16), 5.7 (h100-64), 4.8 (prod-856,
+# mtia300-256), benchmarks/bench_compile.py on 2 cores (with both on XLA's defaults it was 2.8-3.5)
 RELAXED_COMPILE = 5.0
 FINALISTS = 4          # rounded restarts refined
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..cache import jit
 from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
@@ -65,7 +64,10 @@ def relaxed_loss(params: SoftParams, system: System, model: RankingModel, masks:
 _OPT = optax.adam(0.05)
 
 
-@jit
+# XLA's default options here, not cache.jit's: without fusion emitters this step compiles in 8.4-9.1 s
+# instead of 11-12 s but runs 1.4-1.6x slower (benchmarks/bench_compile.py), and a warm search with a
+# small budget spends most of it in these steps (h100-16 MLPerf, 0.26 s: 3.03 ms instead of 2.83 ms)
+@jax.jit
 def _step(params, state, system, model, masks, tau):
     """One Adam step of every restart at once (module level: compiled once per problem shape)."""
     val, grads = jax.vmap(jax.value_and_grad(relaxed_loss), in_axes=(0, None, None, None, None))(
@@ -87,7 +89,7 @@ def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, wa
     return params, _init_state(params)
 
 
-@jit
+@jax.jit
 def _init_state(params):
     return jax.vmap(_OPT.init)(params)
 
