@@ -11,7 +11,6 @@ the model has a kink (a max of two paths, a bandwidth cap) the gradient is that 
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -65,8 +65,8 @@ _OPT = optax.adam(0.05)
 
 
 # XLA's default options here, not cache.jit's: without fusion emitters this step compiles in 8.4-9.1 s
-# instead of 11-12 s but runs 1.4-1.6x slower (benchmarks/bench_compile.py), and a warm search with a
-# small budget spends most of it in these steps (h100-16 MLPerf, 0.26 s: 3.03 ms instead of 2.83 ms)
+# instead of 11-12 s but runs 1.4-1.6x slower (benchmarks/bench_compile.py), and every search of a warm
+# process pays the run: 150 steps of prod-856 on mtia300-256 take 1.4 s, 2.2 s without them
 @jax.jit
 def _step(params, state, system, model, masks, tau):
     """One Adam step of every restart at once (module level: compiled once per problem shape)."""
