@@ -62,6 +62,32 @@ def test_a_plateau_of_the_max_is_crossed(twins):
     assert float(pm.evaluate(system, model, plan).step_s) < hard[0] * 0.95
 
 
+def test_mixed_batch_scores_each_candidate_as_its_own_batch_does(twins):
+    """A small instance's round scores table moves, swaps and setting changes in one padded batch
+    (_apply_mixed); each must score as in a batch of its own kind."""
+    import jax.numpy as jnp
+    from perfmodel.search.local import _apply_swaps, _apply_table_moves, _pad
+
+    system, model = twins
+    ls = LocalSearch(system, model, make_masks(system, model))
+    plan = placed(system, model, [0, 0, 0, 1, 1, 1, 2, 3])
+    pa = to_arrays(plan, system, model)
+    _, _, memory, cap, loads, _ = ls.details(plan)
+    c = ls._table_candidates(plan, loads, memory, float(cap), True)
+    a, b = ls._swap_candidates(plan, loads, memory, float(cap), True)
+    settings = ls._setting_candidates(plan)
+    n, size = len(c["t"]), ls.max_batch
+    assert n and len(a) and settings and n + len(a) + len(settings) <= size
+    moves, swaps, sets = ls._mixed_scores(plan, pa, c, a, b, settings)
+    cols = [jnp.asarray(_pad(c[k], size)) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+    alone = ls.scores(_apply_table_moves(pa, *cols, jnp.asarray(_pad(c["cache"], size), jnp.float32)))[:n]
+    np.testing.assert_array_equal(moves, alone)
+    np.testing.assert_array_equal(swaps, ls.scores(_apply_swaps(pa, jnp.asarray(_pad(a, size)),
+                                                                jnp.asarray(_pad(b, size))))[:len(a)])
+    np.testing.assert_array_equal(sets, ls.scores_of(settings))
+    assert len(set(moves.round(9))) > 1 and len(set(sets.round(9))) > 1      # the candidates differ
+
+
 def test_rebalance_spreads_stacked_tables_and_keeps_every_choice(twins):
     system, model = twins
     start = placed(system, model, [0] * T)
