@@ -142,8 +142,9 @@ MIXED_SETTINGS = 32    # setting changes a mixed batch carries (padded to this: 
 
 
 def _pad(x: np.ndarray, size: int) -> np.ndarray:
-    """Pad a candidate column to `size` by repeating its first entry (fixed shapes: one compile)."""
-    return x if len(x) >= size else np.concatenate([x, np.repeat(x[:1], size - len(x))])
+    """Pad a candidate column (or a stacked batch, along its first axis) to `size` by repeating its
+    first entry (fixed shapes: one compile)."""
+    return x if len(x) >= size else np.concatenate([x, np.repeat(x[:1], size - len(x), axis=0)])
 
 
 class LocalSearch:
@@ -191,8 +192,8 @@ class LocalSearch:
         cache = jnp.asarray(_pad(c["cache"], size) if n else np.ones(size), jnp.float32)
         pad = lambda x: jnp.asarray(np.pad(x, (n, size - n - len(x)), mode="edge") if len(x) else np.zeros(size, np.int32))
         row = np.clip(np.arange(size) - n - m, 0, max(q - 1, 0)).astype(np.int32)
-        plans = settings or [plan]
-        batch = stack([plan_arrays(p, self.system, self.model) for p in plans + plans[:1] * (MIXED_SETTINGS - len(plans))])
+        batch = stack([plan_arrays(p, self.system, self.model) for p in settings or [plan]])
+        batch = jax.tree_util.tree_map(lambda x: _pad(np.asarray(x), MIXED_SETTINGS), batch)
         sc = self.scores(_apply_mixed(pa, *cols, cache, pad(a), pad(b), jnp.asarray(kind), jnp.asarray(row), batch))
         return sc[:n], sc[n:n + m], sc[n + m:n + m + q]
 
@@ -451,24 +452,24 @@ class LocalSearch:
             best_plan, best = None, cur
             # table moves, swaps and setting changes. On a small instance all three usually fit in
             # one padded batch (h100-16 MLPerf: ~250-500 moves, 0-111 swaps, ~24 settings, batches of
-            # 1,024), scored in one call instead of three: the same scores, a round 2-3x faster
+            # 1,024), scored in one call instead of three (pre): the same scores, a round 2-3x faster
             c = self._table_candidates(plan, loads, memory, float(cap), exhaustive)
             n = len(c["t"])
             a, b = self._swap_candidates(plan, loads, memory, float(cap), exhaustive)
             settings = self._setting_candidates(plan) if self.exhaustive else None
-            mixed = (settings is not None and len(settings) <= MIXED_SETTINGS
-                     and 0 < n + len(a) + len(settings) <= self.max_batch)
-            if mixed:
-                sc_moves, sc_swaps, sc_settings = self._mixed_scores(plan, pa, c, a, b, settings)
+            pre = None
+            if settings is not None and len(settings) <= MIXED_SETTINGS and 0 < n + len(a) + len(settings) <= self.max_batch:
+                pre = self._mixed_scores(plan, pa, c, a, b, settings)
             improving = []
-            if mixed:
-                improving = [(float(sc_moves[j]), int(j)) for j in np.flatnonzero(sc_moves < cur * (1 - 1e-9))]
-            for s in range(0, 0 if mixed else n, self.max_batch):
+            for s in range(0, n, self.max_batch):
                 sl = slice(s, s + self.max_batch)
-                cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
-                batch = _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
-                                           jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
-                sc = self.scores(batch)[: len(c["t"][sl])]
+                if pre is not None:
+                    sc = pre[0]
+                else:
+                    cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+                    batch = _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
+                                               jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
+                    sc = self.scores(batch)[: len(c["t"][sl])]
                 for j in np.flatnonzero(sc < cur * (1 - 1e-9)):
                     improving.append((float(sc[j]), s + int(j)))
                 if time.time() > deadline:
@@ -477,40 +478,33 @@ class LocalSearch:
             if improving and improving[0][0] < best:
                 best, best_plan = improving[0][0], self._moved_plan(plan, c, improving[0][1])
             # swaps
-            if mixed:
-                if len(a):
-                    j = int(np.argmin(sc_swaps))
-                    if sc_swaps[j] < best * (1 - 1e-9):
-                        best, best_plan = float(sc_swaps[j]), self._swapped_plan(plan, int(a[j]), int(b[j]))
-            else:
+            if pre is None and time.time() > deadline:
+                a = b = a[:0]
+            for s in range(0, len(a), self.max_batch):
+                m = len(a[s:s + self.max_batch])
+                sc = pre[1] if pre is not None else \
+                    self.scores(_apply_swaps(pa, jnp.asarray(_pad(a[s:s + self.max_batch], self.max_batch)),
+                                             jnp.asarray(_pad(b[s:s + self.max_batch], self.max_batch))))[:m]
+                j = int(np.argmin(sc))
+                if sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))
                 if time.time() > deadline:
-                    a = b = a[:0]
-                for s in range(0, len(a), self.max_batch):
-                    m = len(a[s:s + self.max_batch])
-                    sc = self.scores(_apply_swaps(pa, jnp.asarray(_pad(a[s:s + self.max_batch], self.max_batch)),
-                                                  jnp.asarray(_pad(b[s:s + self.max_batch], self.max_batch))))[:m]
-                    j = int(np.argmin(sc))
-                    if sc[j] < best * (1 - 1e-9):
-                        best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))
-                    if time.time() > deadline:
-                        break
+                    break
             # settings: on large instances their ~20 plans cost a whole padded batch (~0.1 s), so
             # while table moves or swaps improve, only every SETTINGS_EVERY-th round; always when
             # those stall. Small instances score them every round: a batch is cheap there, and an
             # early setting change is worth it (mtia300-64 MLPerf, 0.5-s budget: 0.936 vs 1.334 ms)
-            if mixed:
-                if settings:
-                    j = int(np.argmin(sc_settings))
-                    if sc_settings[j] < best * (1 - 1e-9):
-                        best, best_plan = float(sc_settings[j]), settings[j]
-            else:
+            if pre is None:
                 due = self.exhaustive or best_plan is None or rnd % SETTINGS_EVERY == 0
-                settings = self._setting_candidates(plan) if due and time.time() < deadline else []
-                if settings:
-                    sc = self.scores_of(settings)
-                    j = int(np.argmin(sc))
-                    if sc[j] < best * (1 - 1e-9):
-                        best, best_plan = float(sc[j]), settings[j]
+                if not (due and time.time() < deadline):
+                    settings = []
+                elif settings is None:
+                    settings = self._setting_candidates(plan)
+            if settings:
+                sc = pre[2] if pre is not None else self.scores_of(settings)
+                j = int(np.argmin(sc))
+                if sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), settings[j]
             # compound moves, many tables to one sharding type at once: when no single move helps
             # (every round would cost the plans' construction), and from the start with groups_first
             first = rnd == 0 and groups_first
