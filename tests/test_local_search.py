@@ -198,6 +198,6 @@ def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
     fake[id(groups[3])] = base * (1.0 - lead)                                     # ... but one
     ls._group_candidates = lambda plan: groups
     ls.scores = lambda batch: np.asarray([fake[id(g)] for g in groups])
-    plan, name = api._compound_start(ls, start, "greedy")
+    plan, name = api._compound_start(ls, start, base, "greedy")
     assert api.COMPOUND_LEAD == 0.03
     assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))

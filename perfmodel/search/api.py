@@ -223,9 +223,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget. Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
     (estimated as RELAXED_COMPILE x the single-plan scorer's compile as _CompileClock measured it,
-    or free when already compiled), run the gradient restarts, round them (argmax and repacked: roundings) and refine
-    the best roundings. Then iterated local search (seeded kicks of the best plan, each refined)
-    with the time left. Best plan wins."""
+    or free when already compiled), run the gradient restarts, round them (argmax and repacked:
+    roundings) and refine the best roundings. Then iterated local search (seeded kicks of the best
+    plan, each refined) with the time left. Best plan wins."""
     from . import gradient as gs
 
     with _CompileClock() as clock:
@@ -235,11 +235,11 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     eval_compile = (_SCORER_COMPILE_S.setdefault(key, clock.seconds) if clock.seconds > 0
                     else _SCORER_COMPILE_S.get(key, float("inf")))
     packed = rebalance(system, model, greedy, memory)
-    name = "repacked" if packed is not greedy and ls.details(packed)[0] < tie else "greedy"
-    start = packed if name == "repacked" else greedy
+    packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
+    start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
     half = t0 + 0.5 * (deadline - t0)
     if not ls.exhaustive:
-        start, name = _compound_start(ls, start, name)
+        start, name = _compound_start(ls, start, start_tie, name)
     best_plan, best = ls.run(start, deadline=half)
     if ls.exhaustive:        # and, in what is left of the half, from the start with compound moves first: another basin
         p, s = ls.run(start, deadline=half, groups_first=True)
@@ -283,9 +283,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     return best_plan, notes, converged
 
 
-def _compound_start(ls: LocalSearch, start: Plan, name: str) -> tuple[Plan, str]:
+def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -> tuple[Plan, str]:
     """On a large instance, where the descent has no time to try both basins: start from the best
-    compound move of `start` (a whole change of sharding type, e.g. every table table-row-wise
+    compound move of `start` (tie-broken score `start_tie`; a whole change of sharding type, e.g. every table table-row-wise
     but the smallest data-parallel) when it beats `start` by COMPOUND_LEAD; no single-table move
     leads there. prod-856 / h100-256: greedy 22.2 -> 18.1 ms by that one move, 17.4 ms after the
     60-s search (18.7 without); synthetic-300 / h100-64: 16.3 -> 11.8, 10.7 after (13.9 without).
@@ -297,7 +297,7 @@ def _compound_start(ls: LocalSearch, start: Plan, name: str) -> tuple[Plan, str]
         return start, name
     scores = ls.scores_of(groups)
     j = int(np.argmin(scores))
-    if scores[j] < (1.0 - COMPOUND_LEAD) * float(ls.details(start)[0]):
+    if scores[j] < (1.0 - COMPOUND_LEAD) * start_tie:
         return groups[j], name + ", compound move"
     return start, name
 
