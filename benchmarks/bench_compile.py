@@ -32,10 +32,12 @@ import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
 from perfmodel.cache import CPU_COMPILE_OPTIONS  # noqa: E402
+from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
 from perfmodel.search import gradient as gs  # noqa: E402
 from perfmodel.search import local  # noqa: E402
 from perfmodel.search.greedy import greedy_plan  # noqa: E402
+from perfmodel.search.instances import parse_instances  # noqa: E402
 from perfmodel.search.relax import make_masks  # noqa: E402
 
 INSTANCES = "dlrm-dcnv2-mlperf@h100-16,dlrm-dcnv2-mlperf@h100-64,prod-856@mtia300-256"
@@ -79,12 +81,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
+    try:
+        instances = parse_instances(a.instances)
+    except ConfigError as e:
+        ap.error(str(e))
     print(f"jax {jax.__version__}, backend {jax.default_backend()}; perfmodel's options: {CPU_COMPILE_OPTIONS}")
     print(f"{'instance':<32}{'program':<14}{'compile default':>16}{'perfmodel':>11}{'ratio':>7}"
           f"{'run default':>13}{'perfmodel':>11}{'ratio':>7}  max rel. diff")
     totals = np.zeros(2)
-    for inst in a.instances.split(","):
-        model_name, system_name = inst.split("@")
+    for model_name, system_name in instances:
+        inst = f"{model_name}@{system_name}"
         system, model = pm.load_system(system_name), pm.load_model(model_name)
         for name, fun, args in programs(system, model):
             c0, r0, o0 = measure(fun, args, None, a.repeat, "default")

@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
 from perfmodel.search.exact import exact_plan, subproblem_plan  # noqa: E402
-from perfmodel.search.instances import SUITE, small_instance  # noqa: E402
+from perfmodel.config import ConfigError  # noqa: E402
+from perfmodel.search.instances import SUITE, parse_instances, small_instance  # noqa: E402
 
 METHODS = ("gradient", "greedy", "random", "evolutionary")
 
@@ -79,7 +80,10 @@ def main() -> int:
                     help="small exact instances to run (default 10, --quick 3, 0 with --instances)")
     args = ap.parse_args()
     budget = args.budget_s or (20.0 if args.quick else 60.0)
-    suite = [tuple(x.split("@")) for x in args.instances.split(",") if x] or (SUITE[:2] if args.quick else SUITE)
+    try:
+        suite = parse_instances(args.instances) or (SUITE[:2] if args.quick else SUITE)
+    except ConfigError as e:
+        ap.error(str(e))
     seeds = range(args.small if args.small is not None else 0 if args.instances else 3 if args.quick else 10)
     print(f"plan search benchmark: budget {budget:g} s per method, seed 0, {os.cpu_count()} CPU cores")
     small = []

@@ -163,3 +163,18 @@ def test_compile_clock_counts_compiles_not_cached_calls():
     with _CompileClock() as second:
         f(x).block_until_ready()
     assert first.seconds > 0.0 and second.seconds == 0.0
+
+
+def test_benchmark_instance_lists_are_parsed_with_clear_errors():
+    """bench_search / bench_compile --instances: model@system pairs; a malformed entry or an unknown
+    preset is one ConfigError naming it."""
+    from perfmodel.config import ConfigError
+    from perfmodel.search.instances import parse_instances
+
+    assert parse_instances("dlrm-small@h100-8, prod-856@mtia300-256,") == [("dlrm-small", "h100-8"),
+                                                                          ("prod-856", "mtia300-256")]
+    assert parse_instances("") == []
+    for bad, says in (("dlrm-small", "not model@system"), ("a@b@c", "not model@system"), ("@h100-8", "not model@system"),
+                      ("nope@h100-8", "unknown preset 'nope'"), ("dlrm-small@nope", "unknown system 'nope'")):
+        with pytest.raises(ConfigError, match=says):
+            parse_instances(bad)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import ConfigError
 from ..hardware import System, load_system
-from ..workload import RankingModel, parse_model
+from ..workload import RankingModel, load_model, parse_model
 
 SMALL_TABLES, SMALL_DEVICES = 12, 4
 
@@ -59,3 +60,18 @@ def synthetic_model(seed: int, num_tables: int, total_params: float) -> RankingM
 
 SUITE = (("dlrm-dcnv2-mlperf", "mtia300-64"), ("dlrm-dcnv2-mlperf", "h100-64"), ("prod-856", "mtia300-256"),
          ("prod-856", "h100-256"), ("rec-150b", "mtia300-1024"))
+
+
+def parse_instances(text: str, field: str = "--instances") -> list[tuple[str, str]]:
+    """'model@system,model@system' -> [(model, system)], every preset checked to load; ConfigError
+    naming `field`, the entry and what is allowed otherwise. Empty text: []."""
+    pairs = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        parts = entry.split("@")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError("", field, f"entry {entry!r} is not model@system (e.g. dlrm-dcnv2-mlperf@h100-64)")
+        load_model(parts[0]), load_system(parts[1])          # unknown presets: ConfigError listing the known ones
+        pairs.append((parts[0], parts[1]))
+    return pairs
