@@ -111,6 +111,37 @@ def test_tree_direct_and_hierarchical_all_reduce(mtia64):
     assert float(coll.all_reduce(net, S, 0, 1, ONE["hierarchical"])) == pytest.approx(hier, rel=1e-5)
 
 
+def test_three_levels_hand_calculated(mtia64):
+    """No preset has three levels: 16-chip racks, pairs of racks, pairs of pairs (the outer level
+    2:1 oversubscribed), on MTIA 300's engines. Each level's alpha and B from make_net (checked
+    above); the algorithms' spans, features and recursion by hand."""
+    lv = mtia64.levels
+    levels = (dataclasses.replace(lv[0], latency_s=jnp.float32(1.5e-6)),
+              dataclasses.replace(lv[1], size=32, latency_s=jnp.float32(2.0e-6), name="pod"),
+              dataclasses.replace(lv[1], size=64, latency_s=jnp.float32(1.0e-6), oversubscription=jnp.float32(2.0)))
+    net = coll.make_net(mtia64.replace(levels=levels), 1.0)
+    assert net.fanout == (16, 2, 2)
+    a0, a1, a2 = (float(a) for a in net.alpha)
+    b0, b1, b2 = (float(b) for b in net.bw)
+    assert a1 > a2 and b2 == pytest.approx(b1 / 2, rel=1e-6)
+    # tree: the slowest level's bandwidth, the largest alpha (level 1's, not the outermost)
+    tree = 2 * S / b2 + 2 * 6 * a1 + SETUP
+    assert float(coll.all_reduce(net, S, 0, 2, ONE["tree"])) == pytest.approx(tree, rel=1e-5)
+    # hierarchical: RS in the rack, RS across the pair on S/16, all-reduce of the outer pair on S/32,
+    # then the all-gathers back
+    rs0 = 15 / 16 * S / b0 + 15 * a0
+    rs1 = 1 / 2 * (S / 16) / b1 + a1
+    ar2 = 2 * 1 / 2 * (S / 32) / b2 + 2 * a2
+    hier = 2 * rs0 + 2 * rs1 + ar2 + SETUP
+    assert float(coll.all_reduce(net, S, 0, 2, ONE["hierarchical"])) == pytest.approx(hier, rel=1e-5)
+    # direct all-gather across racks (levels 1-2, a group of 4 chips one per rack): 1 peer first
+    # reached in the pair, 2 in the other pair, both over scale-out at once; alpha: the larger of
+    # levels 1 and 2; 64 messages in flight
+    out = float(net.link_bw["scale_out"])
+    direct = S * (1 / 4 * 1.0 + 2 / 4 * 2.0) / out + max(a1, a2) * (1 + 3 / 64) + SETUP
+    assert float(coll.all_gather(net, S, 1, 2, ONE["direct"])) == pytest.approx(direct, rel=1e-5)
+
+
 def test_all_gather_equals_reduce_scatter_transfer_on_ring(mtia64):
     net = coll.make_net(mtia64, 1.0)
     n = 64

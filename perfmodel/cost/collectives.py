@@ -52,11 +52,14 @@ All-to-all takes uneven per-device volumes: the slowest device sets the time.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
 
@@ -167,104 +170,264 @@ def _moved(net: Net, p: Parts):
     return _engine_time(p), _core_time(net, p)
 
 
-def _reduce(net: Net, p: Parts, reduced_bytes):
-    """(engines, cores): the transfer overlapped with the reduction, engines at their throughput,
-    cores at HBM speed."""
-    eng = reduced_bytes / jnp.maximum(net.engine_Bps, 1.0)
-    core = 3.0 * reduced_bytes / net.hbm_Bps       # read two operands, write one
-    return jnp.maximum(_engine_time(p), eng), jnp.maximum(_core_time(net, p), core)
-
-
 def _blend(net: Net, pair):
     eng, core = pair
     return net.offload * eng + (1.0 - net.offload) * core
 
 
-def _add(*pairs):
-    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-
-
 # ------------------------------------------------------------------------------------ the algorithms
+#
+# An algorithm's time is a sum of transfers ("components": a hierarchical all-reduce is a ring
+# reduce-scatter inside the domain, an all-reduce one level out on S / fanout and a ring all-gather),
+# each linear in S, on the engines and on the cores:
+#   bytes    S max_j sum_l C[j, l] / B_l    j: the links, which run at once (or, for the engines' tree,
+#                                              the levels: the slowest sets the pace)
+#   latency  sum_f (H[0, f] + H[1, f] / m) a_f    a: each level's alpha, then the largest alpha of
+#                                              each span of levels; m: messages in flight
+#   steps    per link kind, the same way (the core-driven protocols' extra latency per step)
+#   reduced  the share of S reduced per chip (engines: at their throughput; cores: at HBM speed)
+# The coefficients depend only on the network's shape: numpy, built once per shape (_table). The
+# evaluation (_algorithm_times) combines them with the traced bandwidths and latencies for all
+# algorithms, components and protocols at once in a few array operations. (A Python loop over
+# levels, algorithms and protocols traced the same formulas as ~2,200 scalar operations per
+# evaluation, 70 % of the step model's program and most of its compile time.)
 
-def _span(net: Net, lo: int, hi: int):
-    n = math.prod(net.fanout[lo:hi + 1])
-    bw = net.bw[lo]
-    alpha = net.alpha[lo]
-    for l in range(lo + 1, hi + 1):
-        bw = jnp.minimum(bw, net.bw[l])
-        alpha = jnp.maximum(alpha, net.alpha[l])
-    return n, bw, alpha
+KINDS = ("nvlink", "net")
+LINKS = ("scale_up", "scale_out")
 
 
-def _direct_bytes_time(net: Net, S, lo: int, hi: int):
-    """Time for each chip to send S/n to every peer of the group at once (links in parallel)."""
-    n = math.prod(net.fanout[lo:hi + 1])
-    inner = math.prod(net.fanout[:lo])
-    per_link = {}
+class _Comp(NamedTuple):
+    """One transfer's static coefficients (see above); J = max(K, 2) rows, F alpha features."""
+
+    eng_bytes: np.ndarray      # [J, K]
+    eng_lat: np.ndarray        # [2, F]
+    core_bytes: np.ndarray     # [J, K]
+    core_lat: np.ndarray       # [2, F]
+    steps: np.ndarray          # [2, len(KINDS)]: steps, steps per message in flight
+    reduced: float
+
+
+def _spans(K: int) -> list:
+    return [(i, j) for i in range(K) for j in range(i + 1, K)]
+
+
+def _feature(K: int, lo: int, hi: int) -> int:
+    """Index of the largest alpha over levels lo..hi among the alpha features."""
+    return lo if lo == hi else K + _spans(K).index((lo, hi))
+
+
+def _blank(K: int):
+    return np.zeros((max(K, 2), K)), np.zeros((2, K + len(_spans(K)))), np.zeros((2, len(KINDS)))
+
+
+def _ring_c(shape, lo: int, hi: int, passes: int, scale: float, reduce: bool) -> _Comp:
+    """`passes` ring passes (2: all-reduce, 1: reduce-scatter / all-gather) of scale x S over
+    levels lo..hi (module docstring). One level: passes ((n-1)/n S / B + (n-1) alpha)."""
+    fanout, size, link, kind = shape
+    n, inner = math.prod(fanout[lo:hi + 1]), math.prod(fanout[:lo])
+    C, H, steps = _blank(len(fanout))
+    below = 1                                            # group members per level-(l-1) domain
+    for l in range(lo, hi + 1):
+        members = n if l == hi else size[l] // inner
+        edges = (n // below if n // below > 1 else 0) - (n // members if n // members > 1 else 0)
+        hops = edges - 1 if l == hi else edges
+        below = members
+        C[LINKS.index(link[l]), l] += scale * passes * (n - 1) / n * edges / n
+        H[0, l] += passes * hops
+        steps[0, KINDS.index(kind[l])] += passes * hops
+    return _Comp(C, H, C, H, steps, (n - 1) / n * scale if reduce else 0.0)
+
+
+def _direct_c(shape, lo: int, hi: int, scale: float, reduce: bool) -> _Comp:
+    """Every chip sends scale x S / n to every peer of the group at once (links in parallel);
+    latency alpha_max (1 + (n-1)/m)."""
+    fanout, size, link, kind = shape
+    K = len(fanout)
+    n, inner = math.prod(fanout[lo:hi + 1]), math.prod(fanout[:lo])
+    C, H, steps = _blank(K)
     below = 1
     for l in range(lo, hi + 1):
-        peers = (net.size[l] // inner) - below          # peers first reached at level l
-        below = net.size[l] // inner
-        t = S * peers / n * net.oversub[l]
-        per_link[net.link[l]] = per_link.get(net.link[l], 0.0) + t
-    return _max_links(net, per_link)
+        peers = size[l] // inner - below                 # peers first reached at level l
+        below = size[l] // inner
+        C[LINKS.index(link[l]), l] += scale * peers / n
+    H[:, _feature(K, lo, hi)] = (1.0, n - 1.0)
+    steps[:, KINDS.index(kind[hi])] = (1.0, n - 1.0)
+    return _Comp(C, H, C, H, steps, (n - 1) / n * scale if reduce else 0.0)
+
+
+def _tree_c(shape, lo: int, hi: int, scale: float) -> _Comp:
+    """The tree all-reduce (module docstring): engines 2 S / B_min + 2 log2(n) alpha_max; cores a
+    chain in the innermost domain of m chips and a double binary tree across domains."""
+    fanout, _, link, kind = shape
+    K = len(fanout)
+    n, m = math.prod(fanout[lo:hi + 1]), fanout[lo]
+    outer = n // m
+    Ce, He, _ = _blank(K)
+    for l in range(lo, hi + 1):
+        Ce[l, l] = 2.0 * scale                           # the slowest level's 2 S / B_l
+    He[0, _feature(K, lo, hi)] = 2 * math.ceil(math.log2(n))
+    # NCCL runs one tree per channel, each leaving the domain through a different chip's link: the
+    # 2 S a domain sends up and down the inter-domain tree is spread over the domain's members
+    Cc, Hc, steps = _blank(K)
+    Cc[LINKS.index(link[lo]), lo] += 2.0 * scale
+    below = m
+    for l in range(lo + 1, hi + 1):
+        Cc[LINKS.index(link[l]), l] += 2.0 * scale / below
+        below *= fanout[l]
+    Hc[0, lo] += 2 * (m - 1)
+    steps[0, KINDS.index(kind[lo])] += 2 * (m - 1)
+    if outer > 1:
+        k = 2 * math.ceil(math.log2(outer))
+        Hc[0, _feature(K, lo + 1, hi)] += k
+        steps[0, KINDS.index(kind[hi])] += k
+    return _Comp(Ce, He, Cc, Hc, steps, (n - 1) / n * scale)
+
+
+def _rs_or_ag_c(shape, lo: int, hi: int, algo: int, reduce: bool, scale: float = 1.0) -> list:
+    """Components of a reduce-scatter (reduce=True) or all-gather. Tree has no reduce-scatter /
+    all-gather form: it runs the ring."""
+    if math.prod(shape[0][lo:hi + 1]) == 1:
+        return []
+    if algo == HIER and hi > lo:
+        return (_rs_or_ag_c(shape, lo, lo, RING, reduce, scale)
+                + _rs_or_ag_c(shape, lo + 1, hi, HIER, reduce, scale / shape[0][lo]))
+    if algo == DIRECT:
+        return [_direct_c(shape, lo, hi, scale, reduce)]
+    return [_ring_c(shape, lo, hi, 1, scale, reduce)]
+
+
+def _all_reduce_c(shape, lo: int, hi: int, algo: int, scale: float = 1.0) -> list:
+    if math.prod(shape[0][lo:hi + 1]) == 1:
+        return []
+    if algo == RING or (algo == HIER and hi == lo):
+        return [_ring_c(shape, lo, hi, 2, scale, True)]
+    if algo == TREE:
+        return [_tree_c(shape, lo, hi, scale)]
+    if algo == DIRECT:        # two-shot: reduce-scatter + all-gather (NVLS where the switch reduces)
+        return _rs_or_ag_c(shape, lo, hi, DIRECT, True, scale) + _rs_or_ag_c(shape, lo, hi, DIRECT, False, scale)
+    return (_rs_or_ag_c(shape, lo, lo, RING, True, scale)
+            + _all_reduce_c(shape, lo + 1, hi, HIER, scale / shape[0][lo])
+            + _rs_or_ag_c(shape, lo, lo, RING, False, scale))
+
+
+@functools.cache
+def _table(shape, op: str, lo: int, hi: int):
+    """Every algorithm's components, padded to one count: arrays [ALGORITHMS, C, ...] and `live`
+    [ALGORITHMS, C] (1 for a real component: it pays the protocol's base latency); None when the
+    group is a single chip."""
+    if math.prod(shape[0][lo:hi + 1]) == 1:
+        return None
+    comps = [_all_reduce_c(shape, lo, hi, a) if op == "all_reduce" else
+             _rs_or_ag_c(shape, lo, hi, a, op == "reduce_scatter") for a in range(4)]
+    width = max(len(c) for c in comps)
+    empty = _Comp(*(np.zeros_like(x) for x in comps[0][0][:5]), 0.0)
+    rows = [c + [empty] * (width - len(c)) for c in comps]
+    fields = {f: np.asarray([[getattr(c, f) for c in row] for row in rows], np.float32) for f in _Comp._fields}
+    fields["live"] = np.asarray([[1.0] * len(c) + [0.0] * (width - len(c)) for c in comps], np.float32)
+    return fields
+
+
+def _shape(net: Net):
+    return net.fanout, net.size, net.link, net.kind
+
+
+def _f32(x):
+    return jnp.asarray(x, jnp.float32)
+
+
+def _memo(net: Net) -> dict:
+    """Where the terms of a Net made inside a trace (evaluate's) are kept for its other collectives;
+    a Net of concrete values gets a fresh dict each time (terms computed under some later trace
+    must not outlive it)."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((net.alpha, net.bw, net.msgs))):
+        return net.__dict__.setdefault("_memo", {})
+    return {}
+
+
+def _terms(net: Net):
+    """The traced network terms every collective of `net` uses, computed once per Net: inverse
+    bandwidth per level [K], alpha features [F], (1, 1/m), each link kind's extra latency per step
+    under each protocol [KINDS, P], the protocols' base latency and data share [P]."""
+    memo = _memo(net)
+    if "terms" not in memo:
+        K = len(net.fanout)
+        alpha = [_f32(a) for a in net.alpha]
+        feats = list(alpha)
+        for i, j in _spans(K):
+            top = alpha[i]
+            for l in range(i + 1, j + 1):
+                top = jnp.maximum(top, alpha[l])
+            feats.append(top)
+        memo["terms"] = (
+            1.0 / jnp.stack([_f32(b) for b in net.bw]), jnp.stack(feats),
+            jnp.stack([jnp.ones(()), 1.0 / _f32(net.msgs)]),
+            jnp.stack([jnp.stack([_f32(x) for x in net.proto_step[k]]) for k in KINDS]),
+            jnp.stack([_f32(b) for b in net.proto_base]), jnp.stack([_f32(e) for e in net.proto_eff]))
+    return memo["terms"]
+
+
+def _coefficients(net: Net, op: str, lo: int, hi: int):
+    """Per algorithm and component ([A, C]): engines' bytes and latency coefficients, cores' bytes
+    coefficient per protocol and latency per protocol ([A, C, P]), and the share reduced; computed
+    once per Net and collective kind."""
+    memo = _memo(net)
+    key = (op, lo, hi)
+    if key not in memo:
+        tab = _table(_shape(net), op, lo, hi)
+        inv_bw, feats, per_msg, step, base, eff = _terms(net)
+        lat = lambda H: jnp.einsum("acmf,m,f->ac", H, per_msg, feats)
+        slowest = lambda C: jnp.max(jnp.einsum("acjk,k->acj", C, inv_bw), axis=-1)
+        steps = jnp.einsum("acmk,m->ack", tab["steps"], per_msg)
+        core_lat = lat(tab["core_lat"])[..., None] + steps @ step + tab["live"][..., None] * base
+        memo[key] = (slowest(tab["eng_bytes"]), lat(tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
+                     core_lat, tab["reduced"])
+    return memo[key]
+
+
+def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
+    """(engines, cores), each [..., ALGORITHMS]: every algorithm's time for S bytes per chip
+    (S of any shape); the cores take each component's fastest protocol, an exact min."""
+    S = _f32(S)
+    if _table(_shape(net), op, lo, hi) is None:
+        z = jnp.zeros(S.shape + (4,))
+        return z, z
+    eng_b, eng_l, core_b, core_l, reduced = _coefficients(net, op, lo, hi)
+    s = S[..., None, None]                                  # against [A, C]
+    eng = jnp.maximum(eng_l + s * eng_b, s * reduced / jnp.maximum(net.engine_Bps, 1.0))
+    core = jnp.min(core_l + s[..., None] * core_b, axis=-1)
+    core = jnp.maximum(core, s * reduced * 3.0 / net.hbm_Bps)         # read two operands, write one
+    eng, core = jnp.sum(eng, axis=-1), jnp.sum(core, axis=-1)
+    if op == "all_reduce" and has_nvls(net, lo, hi):
+        core = jnp.concatenate([core[..., :DIRECT], jnp.minimum(core[..., DIRECT:DIRECT + 1], _nvls(net, S)[..., None]),
+                                core[..., DIRECT + 1:]], axis=-1)
+    return eng, core
+
+
+def _collective(net: Net, op: str, S, lo: int, hi: int, probs):
+    """The algorithms' times weighted by `probs` (one-hot, or relaxed), plus the fixed setup."""
+    eng, core = _algorithm_times(net, op, S, lo, hi)
+    return jnp.sum(_blend(net, (eng, core)) * probs, axis=-1) + net.setup_s * _nonempty(net, lo, hi)
 
 
 def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
-    """Transfer + latency of `passes` ring passes (2: all-reduce, 1: reduce-scatter / all-gather)
-    over levels lo..hi (see the module docstring). One level: passes ((n-1)/n S / B + (n-1) alpha)."""
-    n = math.prod(net.fanout[lo:hi + 1])
-    inner = math.prod(net.fanout[:lo])
-    per_link, lat, steps = {}, 0.0, {}
-    below = 1                                            # group members per level-(l-1) domain
-    for l in range(lo, hi + 1):
-        size = n if l == hi else net.size[l] // inner
-        edges = (n // below if n // below > 1 else 0) - (n // size if n // size > 1 else 0)
-        hops = edges - 1 if l == hi else edges
-        below = size
-        per_link[net.link[l]] = per_link.get(net.link[l], 0.0) + passes * (n - 1) / n * S * edges / n * net.oversub[l]
-        lat = lat + passes * hops * net.alpha[l]
-        steps[net.kind[l]] = steps.get(net.kind[l], 0.0) + passes * hops
-    return Parts(_max_links(net, per_link), lat, steps)
-
-
-def _max_links(net: Net, per_link_bytes: dict):
-    times = [b / net.link_bw[k] for k, b in per_link_bytes.items()]
-    out = times[0]
-    for t in times[1:]:
-        out = jnp.maximum(out, t)
-    return out
-
-
-def _zero(S):
-    z = jnp.zeros_like(jnp.asarray(S, jnp.float32))
-    return z, z
-
-
-def _rs_or_ag(net: Net, S, lo: int, hi: int, algo: int, reduce: bool):
-    """(engines, cores) time of a reduce-scatter (reduce=True) or all-gather."""
-    n, bw, alpha = _span(net, lo, hi)
-    if n == 1:
-        return _zero(S)
-    frac = (n - 1) / n
-    if algo == HIER and hi > lo:
-        inner = _rs_or_ag(net, S, lo, lo, RING, reduce)
-        rest = _rs_or_ag(net, S / net.fanout[lo], lo + 1, hi, HIER, reduce)
-        return _add(inner, rest)
-    if algo == DIRECT:
-        hops = 1.0 + (n - 1) / net.msgs
-        p = Parts(_direct_bytes_time(net, S, lo, hi), alpha * hops, {net.kind[hi]: hops})
-    else:  # ring (tree has no reduce-scatter/all-gather form; it falls back to ring)
-        p = _ring(net, S, lo, hi, 1)
-    return _reduce(net, p, frac * S) if reduce else _moved(net, p)
+    """The ring's transfer as Parts (bytes time, latency, steps per link kind), e.g. for
+    protocol_times."""
+    c = _ring_c(_shape(net), lo, hi, passes, 1.0, False)
+    inv_bw, feats, per_msg, *_ = _terms(net)
+    return Parts(_f32(S) * jnp.max(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), per_msg @ c.core_lat @ feats,
+                 {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 
 def reduce_scatter(net: Net, S, lo: int, hi: int, probs):
-    return sum(probs[a] * _blend(net, _rs_or_ag(net, S, lo, hi, a, True)) for a in range(4)) + net.setup_s * _nonempty(net, lo, hi)
+    return _collective(net, "reduce_scatter", S, lo, hi, probs)
 
 
 def all_gather(net: Net, S, lo: int, hi: int, probs):
-    return sum(probs[a] * _blend(net, _rs_or_ag(net, S, lo, hi, a, False)) for a in range(4)) + net.setup_s * _nonempty(net, lo, hi)
+    return _collective(net, "all_gather", S, lo, hi, probs)
+
+
+def all_reduce(net: Net, S, lo: int, hi: int, probs):
+    return _collective(net, "all_reduce", S, lo, hi, probs)
 
 
 def _nonempty(net: Net, lo: int, hi: int) -> float:
@@ -276,63 +439,10 @@ def has_nvls(net: Net, lo: int, hi: int) -> bool:
     return lo == hi == 0 and net.nvls[0] and math.prod(net.fanout[:1]) > 1
 
 
-def _nvls(net: Net, S, lo: int, hi: int):
+def _nvls(net: Net, S):
     """Core-driven NVLS all-reduce (module docstring): S (n+1)/n each way at B_0, Simple protocol."""
     n = net.fanout[0]
     return S * (n + 1) / n / net.bw[0] + net.nvls_latency_s
-
-
-def _tree(net: Net, S, lo: int, hi: int) -> tuple[Parts, Parts]:
-    """(engines, cores) parts of the tree all-reduce (module docstring)."""
-    n, bw, alpha = _span(net, lo, hi)
-    b = 2 * S / bw
-    eng = Parts(b, 2 * math.ceil(math.log2(n)) * alpha, {net.kind[hi]: 2 * math.ceil(math.log2(n))})
-    m = net.fanout[lo]
-    outer = n // m
-    # NCCL runs one tree per channel, each leaving the domain through a different chip's link: the
-    # 2 S a domain sends up and down the inter-domain tree is spread over the domain's members
-    per_link = {net.link[lo]: 2 * S * net.oversub[lo]}
-    below = m
-    for l in range(lo + 1, hi + 1):
-        per_link[net.link[l]] = per_link.get(net.link[l], 0.0) + 2 * S / below * net.oversub[l]
-        below *= net.fanout[l]
-    b_core = _max_links(net, per_link)
-    lat = 2 * (m - 1) * net.alpha[lo]
-    steps = {net.kind[lo]: 2.0 * (m - 1)}
-    if outer > 1:
-        _, _, a_out = _span(net, lo + 1, hi)
-        k = 2 * math.ceil(math.log2(outer))
-        lat = lat + k * a_out
-        steps[net.kind[hi]] = steps.get(net.kind[hi], 0.0) + k
-    return eng, Parts(b_core, lat, steps)
-
-
-def _all_reduce(net: Net, S, lo: int, hi: int, algo: int):
-    """(engines, cores) time of an all-reduce with one algorithm."""
-    n, bw, alpha = _span(net, lo, hi)
-    if n == 1:
-        return _zero(S)
-    frac = (n - 1) / n
-    if algo == RING:
-        return _reduce(net, _ring(net, S, lo, hi, 2), frac * S)
-    if algo == TREE:
-        eng, core = _tree(net, S, lo, hi)
-        return _reduce(net, eng, frac * S)[0], _reduce(net, core, frac * S)[1]
-    if algo == DIRECT:
-        eng, core = _add(_rs_or_ag(net, S, lo, hi, DIRECT, True), _rs_or_ag(net, S, lo, hi, DIRECT, False))
-        if has_nvls(net, lo, hi):
-            core = jnp.minimum(core, _nvls(net, S, lo, hi))
-        return eng, core
-    if hi == lo:
-        return _all_reduce(net, S, lo, hi, RING)
-    inner_rs = _rs_or_ag(net, S, lo, lo, RING, True)
-    rest = _all_reduce(net, S / net.fanout[lo], lo + 1, hi, HIER)
-    inner_ag = _rs_or_ag(net, S, lo, lo, RING, False)
-    return _add(inner_rs, rest, inner_ag)
-
-
-def all_reduce(net: Net, S, lo: int, hi: int, probs):
-    return sum(probs[a] * _blend(net, _all_reduce(net, S, lo, hi, a)) for a in range(4)) + net.setup_s * _nonempty(net, lo, hi)
 
 
 def nvls_all_reduce(net: Net, S, lo: int, hi: int):
@@ -340,36 +450,47 @@ def nvls_all_reduce(net: Net, S, lo: int, hi: int):
     if not has_nvls(net, lo, hi):
         raise ValueError("NVLS needs a group inside one scale-up domain whose switch reduces "
                          "(network level switch_reduction = true)")
-    return _nvls(net, S, lo, hi) + net.setup_s
+    return _nvls(net, S) + net.setup_s
 
 
 def nccl_all_reduce(net: Net, S, lo: int, hi: int):
     """NCCL's own choice for a core-driven all-reduce: the fastest of its algorithms the model has
     (ring, tree, and NVLS where the switch reduces), each with its fastest protocol."""
     if math.prod(net.fanout[lo:hi + 1]) == 1:
-        return _zero(S)[0]
-    t = jnp.minimum(_all_reduce(net, S, lo, hi, RING)[1], _all_reduce(net, S, lo, hi, TREE)[1])
+        return jnp.zeros_like(_f32(S))
+    _, core = _algorithm_times(net, "all_reduce", S, lo, hi)
+    t = jnp.minimum(core[..., RING], core[..., TREE])
     if has_nvls(net, lo, hi):
-        t = jnp.minimum(t, _nvls(net, S, lo, hi))
+        t = jnp.minimum(t, _nvls(net, _f32(S)))
     return t + net.setup_s
+
+
+def _a2a_c(shape, hier: bool) -> _Comp:
+    """The all-to-all's latency and steps (its transfer is the devices' volumes, not a coefficient):
+    alpha_l (1 + (peers_l - 1) / m) at each level; hierarchical: one aggregated message per remote
+    domain, peers_l / fanout_0 beyond the first level."""
+    fanout, size, _, kind = shape
+    C, H, steps = _blank(len(fanout))
+    below = 1
+    for l in range(len(fanout)):
+        peers = size[l] - below
+        below = size[l]
+        if peers <= 0:
+            continue
+        if hier and l > 0:
+            peers = max(peers // fanout[0], 1)
+        H[:, l] += (1.0, peers - 1.0)
+        steps[:, KINDS.index(kind[l])] += (1.0, peers - 1.0)
+    return _Comp(C, H, C, H, steps, 0.0)
 
 
 def all_to_all_fixed(net: Net, hier: bool) -> Parts:
     """The all-to-all's per-step latency and steps per link kind (its transfer left at 0): direct,
     or hierarchical (one aggregated message per remote domain)."""
-    lat, steps = 0.0, {}
-    below = 1
-    for l in range(len(net.fanout)):
-        peers = net.size[l] - below
-        below = net.size[l]
-        if peers <= 0:
-            continue
-        if hier and l > 0:
-            peers = max(peers // net.fanout[0], 1)
-        hops = 1.0 + (peers - 1) / net.msgs
-        lat = lat + net.alpha[l] * hops
-        steps[net.kind[l]] = steps.get(net.kind[l], 0.0) + hops
-    return Parts(0.0, lat, steps)
+    c = _a2a_c(_shape(net), hier)
+    _, feats, per_msg, *_ = _terms(net)
+    steps = {k: per_msg @ jnp.asarray(c.steps[:, i], jnp.float32) for i, k in enumerate(KINDS) if c.steps[:, i].any()}
+    return Parts(0.0, per_msg @ jnp.asarray(c.core_lat, jnp.float32) @ feats, steps)
 
 
 def all_to_all(net: Net, send, recv, probs, temperature_max):
@@ -383,27 +504,24 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     Core-driven: with the fastest protocol, as every collective (module docstring).
     """
     K = len(net.fanout)
-    D = net.size[-1]
-    if D == 1:
+    if net.size[-1] == 1:
         return jnp.zeros(())
+    inv_bw, feats, per_msg, step, base, eff = _terms(net)
+    on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
+
+    def transfer(vol):          # the slowest device's busiest link
+        return temperature_max(jnp.max((vol * inv_bw) @ on_link, axis=-1))
+
     vol = jnp.maximum(send, recv)                     # [D, K]
-    def timed(vol_k, hier):
-        per_link = {}
-        for l in range(K):
-            per_link.setdefault(net.link[l], 0.0)
-            per_link[net.link[l]] = per_link[net.link[l]] + vol_k[:, l] * net.oversub[l]
-        t = None
-        for k, b in per_link.items():
-            tk = b / net.link_bw[k]
-            t = tk if t is None else jnp.maximum(t, tk)
-        t = temperature_max(t)
-        fixed = all_to_all_fixed(net, hier)
-        return _blend(net, _moved(net, Parts(t, fixed.lat_s, fixed.steps)))
-    direct = timed(vol, False)
+    forms = [transfer(vol)]
     if K > 1:
-        remote = jnp.sum(vol[:, 1:], axis=1)
-        hier_vol = vol.at[:, 0].add(remote)
-        hier = timed(hier_vol, True)
-    else:
-        hier = direct
+        forms.append(transfer(vol.at[:, 0].add(jnp.sum(vol[:, 1:], axis=1))))
+    fixed = [_a2a_c(_shape(net), hier) for hier in (False, True)[:len(forms)]]
+    H = jnp.asarray(np.stack([c.core_lat for c in fixed]), jnp.float32)               # [forms, 2, F]
+    steps = jnp.asarray(np.stack([c.steps for c in fixed]), jnp.float32)
+    t = jnp.stack(forms)
+    lat = jnp.einsum("vmf,m,f->v", H, per_msg, feats)
+    core_lat = lat[:, None] + jnp.einsum("vmk,m->vk", steps, per_msg) @ step + base
+    timed = _blend(net, (t + lat, jnp.min(core_lat + t[:, None] / eff, axis=-1)))
+    direct, hier = timed[0], timed[-1]
     return probs[DIRECT] * direct + probs[HIER] * hier + (probs[RING] + probs[TREE]) * direct + net.setup_s
