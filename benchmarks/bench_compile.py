@@ -1,20 +1,20 @@
-"""Compile time and run time of the search's three programs, with XLA's default CPU options and with
-perfmodel's (perfmodel.cache.CPU_COMPILE_OPTIONS), measured in the same run.
+"""Compile time and run time of the search's three programs under three XLA option sets, measured in
+the same run: XLA's CPU defaults; perfmodel's (perfmodel.cache.CPU_COMPILE_OPTIONS: no fusion
+emitters); and quick (cache.QUICK_COMPILE_OPTIONS: LLVM's optimizations off as well).
 
     python benchmarks/bench_compile.py                 # three instances, about 3 minutes on 2 cores
     python benchmarks/bench_compile.py --instances dlrm-dcnv2-mlperf@h100-16
 
 Per instance (model@system) and program:
   - scorer: the local search's batched hard scorer (search.local._score_batch) on one batch of
-    search.local.batch_size plans (greedy's plan repeated);
-  - details: the single-plan scorer the search calls after each accepted move (search.local._details);
-  - relaxed step: one Adam step of 8 relaxed restarts (search.gradient._step). The library compiles
-    it with XLA's defaults (it runs slower with perfmodel's options): shown for comparison.
-Each is lowered once and compiled under both option sets (`Lowered.compile(compiler_options=...)`);
-printed: compile s, best run ms of --repeat calls, the ratios perfmodel / default, and the largest
-relative difference between the two programs' outputs (0: bitwise identical; fused code may round
-differently in the last bits). A cold search of a new problem shape compiles all three (the relaxed
-step only when the budget leaves time for it).
+    search.local.batch_size plans (greedy's plan repeated); called hundreds of times a search;
+  - details: the single-plan scorer the search calls once per round (search.local._details);
+  - relaxed step: one Adam step of 8 relaxed restarts (search.gradient.step_for), 150 per search.
+Each is lowered once and compiled under each option set (`Lowered.compile(compiler_options=...)`);
+printed: compile s and best run ms of --repeat calls under each, which one the library uses (*), and
+the largest relative difference between the library's outputs and the defaults' (0: bitwise
+identical). A cold search of a new problem shape compiles all three (the relaxed step only when the
+budget leaves time for it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
-from perfmodel.cache import CPU_COMPILE_OPTIONS  # noqa: E402
+from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
 from perfmodel.search import gradient as gs  # noqa: E402
@@ -43,16 +43,21 @@ from perfmodel.search.relax import make_masks  # noqa: E402
 INSTANCES = "dlrm-dcnv2-mlperf@h100-16,dlrm-dcnv2-mlperf@h100-64,prod-856@mtia300-256"
 
 
+OPTIONS = {"default": None, "perfmodel": CPU_COMPILE_OPTIONS, "quick": QUICK_COMPILE_OPTIONS}
+
+
 def programs(system, model):
-    """(name, python function, args) of the three programs for this instance."""
+    """(name, python function, args, the option set the library uses) of the three programs."""
     plan = greedy_plan(system, model)
     pa = plan_arrays(plan, system, model)
     batch = stack([pa] * local.batch_size(system, model))
     masks = make_masks(system, model, precisions=("fp32",), sharding_types=tuple(SHARDING_TYPES))
     params, state = gs.prepare(system, model, seed=0, restarts=8, warm=plan)
-    return [("scorer", local._score_batch.__wrapped__, (system, model, batch)),
-            ("details", local._details.__wrapped__, (system, model, pa)),
-            ("relaxed step", gs._step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)))]
+    step = gs.step_for(8, system, model)
+    return [("scorer", local._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
+            ("details", local._details.__wrapped__, (system, model, pa), "quick"),
+            ("relaxed step", step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)),
+             "quick" if step is gs._step_quick else "perfmodel")]
 
 
 def measure(fun, args, options, repeat: int, tag: str):
@@ -85,23 +90,25 @@ def main(argv=None) -> int:
         instances = parse_instances(a.instances)
     except ConfigError as e:
         ap.error(str(e))
-    print(f"jax {jax.__version__}, backend {jax.default_backend()}; perfmodel's options: {CPU_COMPILE_OPTIONS}")
-    print(f"{'instance':<32}{'program':<14}{'compile default':>16}{'perfmodel':>11}{'ratio':>7}"
-          f"{'run default':>13}{'perfmodel':>11}{'ratio':>7}  max rel. diff")
-    totals = np.zeros(2)
+    print(f"jax {jax.__version__}, backend {jax.default_backend()}; " +
+          "; ".join(f"{k}: {v}" for k, v in OPTIONS.items() if v))
+    print(f"{'instance':<30}{'program':<14}" + "".join(f"{k:>22}" for k in OPTIONS) + "  max rel. diff")
+    totals = dict.fromkeys(OPTIONS, 0.0)
+    used_total = 0.0
     for model_name, system_name in instances:
         inst = f"{model_name}@{system_name}"
         system, model = pm.load_system(system_name), pm.load_model(model_name)
-        for name, fun, args in programs(system, model):
-            c0, r0, o0 = measure(fun, args, None, a.repeat, "default")
-            c1, r1, o1 = measure(fun, args, CPU_COMPILE_OPTIONS, a.repeat, "perfmodel")
+        for name, fun, args, used in programs(system, model):
+            got = {k: measure(fun, args, o, a.repeat, k) for k, o in OPTIONS.items()}
             diff = max(float(np.max(np.abs(x.astype(np.float64) - y) / np.maximum(np.abs(x), 1e-30), initial=0.0))
-                       for x, y in zip(o0, o1) if x.dtype.kind == "f")
-            totals += (c0, c1)
-            print(f"{inst:<32}{name:<14}{c0:>14.2f} s{c1:>9.2f} s{c1 / c0:>7.2f}{r0 * 1e3:>10.2f} ms"
-                  f"{r1 * 1e3:>8.2f} ms{r1 / r0:>7.2f}  {diff:.1e}", flush=True)
-    print(f"all compiles: default {totals[0]:.1f} s, perfmodel's options {totals[1]:.1f} s "
-          f"({totals[1] / totals[0]:.2f}x)")
+                       for x, y in zip(got["default"][2], got[used][2]) if x.dtype.kind == "f")
+            for k in OPTIONS:
+                totals[k] += got[k][0]
+            used_total += got[used][0]
+            cells = "".join(f"{c:>8.2f} s {r * 1e3:>7.2f} ms{'*' if k == used else ' '}" for k, (c, r, _) in got.items())
+            print(f"{inst:<30}{name:<14}{cells}  {diff:.1e}", flush=True)
+    print("all compiles: " + ", ".join(f"{k} {v:.1f} s" for k, v in totals.items())
+          + f"; as the library compiles them (*) {used_total:.1f} s ({used_total / totals['default']:.2f}x the defaults)")
     return 0
 
 

@@ -28,23 +28,33 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
 
 
 # XLA options for the programs that evaluate the model. On the CPU, XLA's newer "fusion emitters"
-# code generation compiles perfmodel's programs (thousands of small scalar ops: one per network level,
-# protocol and algorithm) 1.3-1.7x slower. Measured on 2 cores by benchmarks/bench_compile.py, default
-# vs these options: the hard scorers (batched and single-plan) compile in 3.3-3.9 s vs 1.9-2.3 s, run
-# as fast (0.94-1.12x) and give bitwise the same results. The relaxed gradient step keeps XLA's
-# defaults: these options save it 2-3 s of compile (11-12 s vs 8.4-9.1 s) but make it run 1.4-1.6x
-# slower, which a warm search with a small budget pays at every step (search/gradient.py).
+# code generation compiles perfmodel's programs 1.3-2x slower, and they run as fast without it
+# (benchmarks/bench_compile.py measures both, in the same run, on the search's programs).
 CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# For programs whose run time is small beside their compile (one call per search round, or a few
+# hundred steps on a small instance): LLVM's optimization passes off as well. The single-plan scorer
+# compiles in 0.7-0.85 s instead of 1.65 s and runs within 1.0-2.2x as fast (under 2 ms); the relaxed
+# gradient step of a small instance in 2.7-3.7 s instead of 6.6-9.3 s, 1.7-2.5x slower to run
+# (benchmarks/bench_compile.py; search.gradient.step_for decides per problem size)
+QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
 
 
-def jit(fun=None, **kwargs):
-    """jax.jit with CPU_COMPILE_OPTIONS when JAX runs on the CPU (other backends: jax.jit as is).
-    Use it as @jit, @jit(static_argnums=...) or jit(f, ...)."""
+def jit(fun=None, *, quick: bool = False, **kwargs):
+    """jax.jit with CPU_COMPILE_OPTIONS (quick: QUICK_COMPILE_OPTIONS) when JAX runs on the CPU
+    (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...)."""
     import functools
 
     import jax
 
     if fun is None:
-        return functools.partial(jit, **kwargs)
-    options = CPU_COMPILE_OPTIONS if jax.default_backend() == "cpu" else None
-    return jax.jit(fun, compiler_options=options, **kwargs)
+        return functools.partial(jit, quick=quick, **kwargs)
+    return jax.jit(fun, compiler_options=compile_options(quick), **kwargs)
+
+
+def compile_options(quick: bool = False) -> dict | None:
+    """The options cache.jit compiles with on this backend (None: the backend's defaults)."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        return None
+    return QUICK_COMPILE_OPTIONS if quick else CPU_COMPILE_OPTIONS

@@ -20,7 +20,7 @@ def exact_results():
     for seed in (0, 1):                      # compile the relaxed step once per system family first
         system, model = small_instance(seed)
         params, state = gs.prepare(system, model, seed=0, restarts=8, warm=None)
-        gs.run(gs._step, params, state, system, model, make_masks(system, model), steps=1, deadline=0.0)
+        gs.run(gs.step_for(8, system, model), params, state, system, model, make_masks(system, model), steps=1, deadline=0.0)
     for seed in range(10):
         system, model = small_instance(seed)
         start = subproblem_plan(pm.greedy_plan(system, model), model)

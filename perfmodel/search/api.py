@@ -30,10 +30,10 @@ from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
-# the relaxed step's compile (forward and gradient of every restart, XLA's default options) over the
-# single-plan scorer's (cache.jit's options): 5.6 (MLPerf, h100-16), 5.7 (h100-64), 4.8 (prod-856,
-# mtia300-256), benchmarks/bench_compile.py on 2 cores (with both on XLA's defaults it was 2.8-3.5)
-RELAXED_COMPILE = 5.5
+# the relaxed step's compile (forward and gradient of every restart) over the single-plan scorer's, by
+# how the step compiles (gradient.step_for; both scorers compile quick): 3.8 (MLPerf, h100-16), 4.4
+# (h100-64) quick; 9.7 (prod-856, mtia300-256) optimized; benchmarks/bench_compile.py on 2 cores
+RELAXED_COMPILE = {"quick": 4.5, "optimized": 10.0}
 # the share of the time left that compiling the relaxed step may take: the rest refines its roundings
 # and kicks. With the compile allowed all of it (less a 2-s margin), a cold 30-s search of MLPerf on
 # h100-16 compiled until ~1 s before its deadline and, in one of five runs, returned its refined
@@ -251,9 +251,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     converged = True
     unbounded = deadline - t0 > 1e8                     # budget_s=None
     if unbounded or gs.is_compiled(restarts, system, model) or \
-            RELAXED_COMPILE * eval_compile <= RELAXED_SHARE * (deadline - time.time()):
+            RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile <= RELAXED_SHARE * (deadline - time.time()):
         params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
-        params, losses, taken = gs.run(gs._step, params, state, system, model, masks, steps=steps, deadline=deadline)
+        params, losses, taken = gs.run(gs.step_for(restarts, system, model), params, state, system, model, masks, steps=steps, deadline=deadline)
         notes["gradient_steps"] = taken
         converged = taken == steps
         candidates = roundings(params, masks, ls, settings_of)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..cache import jit
 from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
@@ -64,17 +65,34 @@ def relaxed_loss(params: SoftParams, system: System, model: RankingModel, masks:
 _OPT = optax.adam(0.05)
 
 
-# XLA's default options here, not cache.jit's: without fusion emitters this step compiles in 8.4-9.1 s
-# instead of 11-12 s but runs 1.4-1.6x slower (benchmarks/bench_compile.py), and every search of a warm
-# process pays the run: 150 steps of prod-856 on mtia300-256 take 1.4 s, 2.2 s without them
-@jax.jit
-def _step(params, state, system, model, masks, tau):
-    """One Adam step of every restart at once (module level: compiled once per problem shape)."""
+def _step_fn(params, state, system, model, masks, tau):
+    """One Adam step of every restart at once."""
     val, grads = jax.vmap(jax.value_and_grad(relaxed_loss), in_axes=(0, None, None, None, None))(
         params, system, model, masks, tau)
     grads = jax.tree_util.tree_map(jnp.nan_to_num, grads)
     updates, state = jax.vmap(_OPT.update)(grads, state, params)
     return optax.apply_updates(params, updates), state, val
+
+
+# Compiled once per problem shape (module level). The step's compile is most of a cold search's:
+# on a small instance, with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS), it compiles in
+# 2.7-3.7 s instead of 6.6-9.3 s and runs 1.7-2.5x slower, which 150 steps pay back many times
+# (MLPerf on h100-16: 1.8 vs 0.8 ms a step; rec-150b on mtia300-64: 6.8 vs 2.8 ms). On a large one
+# the run costs about what the compile saves (prod-856 on mtia300-256: 31 vs 19 ms a step, 2.8 vs
+# 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
+QUICK_STEP_CELLS = 8 * 65536     # restarts x tables x devices up to which the step compiles quick
+_step = jit(_step_fn)
+_step_quick = jit(_step_fn, quick=True)
+
+
+def step_kind(restarts: int, system: System, model: RankingModel) -> str:
+    """How the relaxed step of this problem size compiles: "quick" or "optimized"."""
+    return "quick" if restarts * model.tables.count * system.num_chips <= QUICK_STEP_CELLS else "optimized"
+
+
+def step_for(restarts: int, system: System, model: RankingModel):
+    """The compiled relaxed step for this problem size (quick to compile, or fast to run)."""
+    return _step_quick if step_kind(restarts, system, model) == "quick" else _step
 
 
 def prepare(system: System, model: RankingModel, *, seed: int, restarts: int, warm: Plan | None):
@@ -126,4 +144,4 @@ def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: 
     """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
     the final relaxed losses, and the number of steps taken."""
     params, state = prepare(system, model, seed=seed, restarts=restarts, warm=warm)
-    return run(_step, params, state, system, model, masks, steps=steps, deadline=deadline)
+    return run(step_for(restarts, system, model), params, state, system, model, masks, steps=steps, deadline=deadline)
