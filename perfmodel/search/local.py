@@ -33,6 +33,12 @@ GROUP_MAX = 32        # compound moves on large instances: up to this many table
 EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "small" instance)
 TIE = 1e-3            # weight of the resource spread in the local search's score (see _scores)
 TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
+# A descent stops after this many rounds without a lower score (step time; or memory over capacity
+# while infeasible): the tie-broken score can fall for 200 rounds on a plateau with no step-time
+# gain. In 30-s MLPerf searches (h100-16, h100-64, mtia300-64) and 60-s prod-856 ones (mtia300-256,
+# h100-256) no descent went more than 9 rounds between gains, while 9 of 69 walked 150-200 rounds
+# after their last one (2-2.7 s each on h100-16: most of its kicks' time)
+PLATEAU_ROUNDS = 25
 
 
 def score_of(bd) -> jax.Array:
@@ -446,7 +452,10 @@ class LocalSearch:
         cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
         cur = float(cur)
         kept, kept_score = plan, float(hard)
+        gained = 0                           # the last round that lowered the score
         for rnd in range(max_rounds):
+            if rnd - gained > PLATEAU_ROUNDS:
+                break
             if time.time() > deadline:
                 break
             best_plan, best = None, cur
@@ -540,5 +549,7 @@ class LocalSearch:
             cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
             cur = float(cur_arr)
             if float(hard) < kept_score:
+                if float(hard) < kept_score * (1 - 1e-9):
+                    gained = rnd + 1
                 kept, kept_score = plan, float(hard)
         return kept, kept_score
