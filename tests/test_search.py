@@ -62,6 +62,19 @@ def test_same_seed_same_plan_and_figures(small_setup):
     assert a.step_s == b.step_s
 
 
+def test_more_relaxed_batches_never_lose(small_setup, monkeypatch):
+    """Each batch of restarts after the first starts from other seeds, warm from the best plan so far;
+    the search keeps its best: a converged search with all batches is no slower than with one."""
+    from perfmodel.search import api
+    system, model = small_setup
+    full = pm.search(system, model, "gradient", seed=3, budget_s=120)
+    monkeypatch.setattr(api, "RELAXED_BATCHES", 1)
+    one = pm.search(system, model, "gradient", seed=3, budget_s=120)
+    assert full.notes["relaxed_batches"] == 8 and one.notes["relaxed_batches"] == 1
+    assert full.converged and one.converged
+    assert full.step_s <= one.step_s
+
+
 @pytest.mark.parametrize("method", ["gradient", "greedy", "random", "evolutionary"])
 def test_returned_plan_is_feasible_and_reevaluates_to_the_reported_figures(small_setup, method):
     system, model = small_setup

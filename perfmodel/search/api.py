@@ -40,6 +40,7 @@ RELAXED_COMPILE = {"quick": 4.5, "optimized": 10.0}
 # start (2.764 ms) instead of 2.573 ms
 RELAXED_SHARE = 0.5
 FINALISTS = 4          # rounded restarts refined
+RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
 KICK_WORK = 65536      # iterated-local-search kicks: 65,536 / (tables x devices), between 2 and 30
 
@@ -252,19 +253,45 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     unbounded = deadline - t0 > 1e8                     # budget_s=None
     if unbounded or gs.is_compiled(restarts, system, model) or \
             RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile <= RELAXED_SHARE * (deadline - time.time()):
-        params, state = gs.prepare(system, model, seed=seed, restarts=restarts, warm=greedy)
-        params, losses, taken = gs.run(gs.step_for(restarts, system, model), params, state, system, model, masks, steps=steps, deadline=deadline)
+        step = gs.step_for(restarts, system, model)
+
+        def relaxed_batch(entropy, warm):
+            """One batch of restarts (seeded by `entropy`, restart 0 warm from `warm`): the steps taken,
+            its rounded plans' scores, and the best of its finalists after refinement."""
+            params, state = gs.prepare(system, model, seed=entropy, restarts=restarts, warm=warm)
+            params, _, taken = gs.run(step, params, state, system, model, masks, steps=steps, deadline=deadline)
+            candidates = roundings(params, masks, ls, settings_of)
+            scores = ls.scores_of(candidates)
+            out, out_s = None, float("inf")
+            finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
+            for rank, i in enumerate(finalists):
+                until = time.time() + 0.5 * (deadline - time.time()) / (len(finalists) - rank)
+                p, s = ls.run(candidates[i], deadline=min(until, deadline))
+                if s < out_s:
+                    out, out_s = p, s
+            return taken, scores, out, out_s
+
+        t_batch = time.time()
+        with _CompileClock() as compiling:
+            taken, scores, p, s = relaxed_batch(seed, greedy)
+        t_batch += compiling.seconds                 # a batch's time, its compile not counted
         notes["gradient_steps"] = taken
+        notes["rounded_scores_s"] = [float(x) for x in scores]
         converged = taken == steps
-        candidates = roundings(params, masks, ls, settings_of)
-        scores = ls.scores_of(candidates)
-        notes["rounded_scores_s"] = [float(s) for s in scores]
-        finalists = [int(i) for i in np.argsort(scores, kind="stable")[:FINALISTS]]
-        for rank, i in enumerate(finalists):
-            until = time.time() + 0.5 * (deadline - time.time()) / (len(finalists) - rank)
-            p, s = ls.run(candidates[i], deadline=min(until, deadline))
+        if s < best:
+            best_plan, best = p, s
+        # more batches, from other seeds (restart 0 warm from the best plan), while one takes at most
+        # half the time left: on small instances a batch costs about a second, and its finalists land
+        # in other basins than kicks of the best plan do
+        batches = 1
+        while batches < RELAXED_BATCHES and time.time() - t_batch <= 0.5 * (deadline - time.time()):
+            t_batch = time.time()
+            taken, _, p, s = relaxed_batch([seed, batches], best_plan)
+            batches += 1
             if s < best:
                 best_plan, best = p, s
+        notes["relaxed_batches"] = batches
+        converged &= batches == RELAXED_BATCHES
     else:
         notes["gradient_skipped"] = "the relaxed step's estimated compile exceeds RELAXED_SHARE of the time left"
         converged = False
