@@ -223,10 +223,12 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget. Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
-    (estimated as RELAXED_COMPILE x the single-plan scorer's compile as _CompileClock measured it,
-    or free when already compiled), run the gradient restarts, round them (argmax and repacked:
-    roundings) and refine the best roundings. Then iterated local search (seeded kicks of the best
-    plan, each refined) with the time left. Best plan wins."""
+    (estimated as RELAXED_COMPILE x the single-plan scorer's compile as _CompileClock measured it),
+    or, when it is compiled already, its steps do (as last timed in this process), run the gradient
+    restarts, round them (argmax and repacked: roundings) and refine the best roundings; again from
+    other seeds (up to RELAXED_BATCHES batches) while a batch takes at most half the time left. Then
+    iterated local search (seeded kicks of the best plan, each refined) with the time left. Best plan
+    wins."""
     from . import gradient as gs
 
     with _CompileClock() as clock:
@@ -251,8 +253,14 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     notes = {"start": name, "refined_start_s": best, "gradient_steps": 0}
     converged = True
     unbounded = deadline - t0 > 1e8                     # budget_s=None
-    if unbounded or gs.is_compiled(restarts, system, model) or \
-            RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile <= RELAXED_SHARE * (deadline - time.time()):
+    # the relaxed phase's cost before its first rounding: the compile (when the step is not compiled in
+    # this process) or the steps (when it is; a warm search with a small budget has no time for them)
+    if gs.is_compiled(restarts, system, model):
+        per_step = gs.step_seconds(restarts, system, model)
+        cost = steps * per_step if per_step is not None else 0.0
+    else:
+        cost = RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile
+    if unbounded or cost <= RELAXED_SHARE * (deadline - time.time()):
         step = gs.step_for(restarts, system, model)
 
         def relaxed_batch(entropy, warm):
@@ -293,7 +301,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         notes["relaxed_batches"] = batches
         converged &= batches == RELAXED_BATCHES
     else:
-        notes["gradient_skipped"] = "the relaxed step's estimated compile exceeds RELAXED_SHARE of the time left"
+        notes["gradient_skipped"] = "the relaxed step's estimated compile or steps exceed RELAXED_SHARE of the time left"
         converged = False
     # iterated local search: kick the best plan (a few seeded random table moves), refine, keep if better
     rng = np.random.default_rng(seed)

@@ -117,7 +117,13 @@ def is_compiled(restarts: int, system: System, model: RankingModel) -> bool:
     return _cache_key(restarts, system, model) in _SEEN
 
 
-_SEEN: set = set()
+def step_seconds(restarts: int, system: System, model: RankingModel) -> float | None:
+    """Wall seconds of one step of this problem shape, as last measured in this process (None: never
+    run past its first step)."""
+    return _SEEN.get(_cache_key(restarts, system, model))
+
+
+_SEEN: dict = {}          # problem shape -> seconds per step (None until measured)
 
 
 def _cache_key(restarts, system, model):
@@ -129,14 +135,21 @@ def run(step, params, state, system: System, model: RankingModel, masks: Masks, 
         tau0: float = 1.0, tau_end: float = 0.005):
     """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline)."""
     v, taken = None, 0
-    _SEEN.add(_cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model))
+    key = _cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model)
+    _SEEN.setdefault(key, None)
     for i in range(steps):
         tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
         params, state, v = step(params, state, system, model, masks, jnp.float32(tau))
         taken = i + 1
+        if i == 0:                           # compiled (when it was not) and run: the clock starts
+            jax.block_until_ready(v)
+            t1 = time.time()
         if time.time() > deadline:
             break
-    return params, np.asarray(v), taken
+    v = np.asarray(v)
+    if taken > 1:
+        _SEEN[key] = (time.time() - t1) / (taken - 1)
+    return params, v, taken
 
 
 def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
