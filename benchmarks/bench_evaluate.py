@@ -213,7 +213,7 @@ def bench_prod(mesh: Mesh, quick: bool, min_reps: int, min_total_s: float, loop_
         total = per_dev * case.n_dev
         print(f"  -> XLA memory analysis per device: temp {tmp / 1e6:.1f} MB + arguments {arg / 1e6:.1f} MB + "
               f"output {out / 1e3:.1f} kB = {per_dev / 1e6:.1f} MB; all {case.n_dev} devices {total / 1e6:.1f} MB")
-        RESULTS.append((f"prod-856 / mtia300-1024: XLA temp+argument+output bytes, all devices, GB",
+        RESULTS.append(("prod-856 / mtia300-1024: XLA temp+argument+output bytes, all devices, GB",
                         f"< {TARGET_PROD_BYTES / 1e9:g} GB", total / 1e9, verdict(total < TARGET_PROD_BYTES)))
     else:
         print("  -> XLA memory analysis: not available on this backend")

@@ -25,7 +25,7 @@ from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
-from .local import INFEASIBLE, LocalSearch
+from .local import LocalSearch
 from .pack import rebalance
 from .relax import make_masks, round_params
 
