@@ -4,7 +4,7 @@ one made, and the XLA options perfmodel's programs are compiled with (`jit`).
     import perfmodel as pm
     pm.enable_compile_cache()          # before the first search / evaluate of the process
 
-The first search of a problem shape costs mostly compilation (5-20 s on 2 CPU cores for MLPerf's 26
+The first search of a problem shape costs mostly compilation (about 5 s on 2 CPU cores for MLPerf's 26
 tables); with the cache, a later process loads the programs instead. Results do not change.
 """
 
@@ -33,7 +33,7 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
 CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # For programs whose run time is small beside their compile (one call per search round, or a few
 # hundred steps on a small instance): LLVM's optimization passes off as well. The single-plan scorer
-# compiles in 0.7-0.85 s instead of 1.65 s and runs within 1.0-2.2x as fast (under 2 ms); the relaxed
+# compiles in 0.7-0.85 s instead of 1.65 s and runs 1.0-2.2x slower (under 2 ms a call); the relaxed
 # gradient step of a small instance in 2.7-3.7 s instead of 6.6-9.3 s, 1.7-2.5x slower to run
 # (benchmarks/bench_compile.py; search.gradient.step_for decides per problem size)
 QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
