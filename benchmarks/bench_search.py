@@ -5,6 +5,8 @@ wall time with compile included (first run in this process) and excluded (a seco
     .venv/bin/python benchmarks/bench_search.py --quick    # budget 20 s, MLPerf + 3 small instances
     .venv/bin/python benchmarks/bench_search.py --budget-s 30 --instances dlrm-dcnv2-mlperf@mtia300-64 --small 10
     (--instances runs only those, plus --small N of the small exact instances)
+    .venv/bin/python benchmarks/bench_search.py --budget-s 30 --instances dlrm-dcnv2-mlperf@h100-16 --warm-budgets 0.2,0.5,1
+    (after each instance's runs, gradient searches with those budgets in the now warm process)
 
 Suite: dlrm-dcnv2-mlperf on mtia300-64 and h100-64; prod-856 on mtia300-256 and h100-256;
 rec-150b on mtia300-1024 (gradient, greedy, random, evolutionary), and ten seeded small instances
@@ -52,6 +54,31 @@ def run_instance(model_name: str, system_name: str, budget: float, warm: bool) -
     return rows
 
 
+def run_warm_budgets(model_name: str, system_name: str, budgets: list[float]) -> None:
+    """Gradient searches with small budgets in a process where the search's programs are compiled
+    (a notebook or a sweep script planning repeatedly)."""
+    system, model = pm.load_system(system_name), pm.load_model(model_name)
+    cells = []
+    for b in budgets:
+        r = pm.search(system, model, "gradient", seed=0, budget_s=b)
+        cells.append(f"{b:g} s: {r.step_s * 1e3:.3f} ms ({r.wall_s:.2f} s)")
+    print(f"  {model_name + '@' + system_name:<32} gradient, warm process: " + "; ".join(cells), flush=True)
+
+
+def parse_budgets(text: str) -> list[float]:
+    """'0.2,0.5,1' -> [0.2, 0.5, 1.0]; ValueError unless every entry is a number of seconds > 0."""
+    out = []
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        try:
+            b = float(entry)
+        except ValueError:
+            b = float("nan")
+        if not (np.isfinite(b) and b > 0):
+            raise ValueError(f"entry {entry!r} is not a number of seconds > 0")
+        out.append(b)
+    return out
+
+
 def run_small(seeds, budget: float) -> list[dict]:
     rows = []
     for seed in seeds:
@@ -76,6 +103,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="MLPerf on both systems and three small instances")
     ap.add_argument("--instances", default="", help="comma-separated model@system to run instead of the suite")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm (compile-excluded) second runs")
+    ap.add_argument("--warm-budgets", default="",
+                    help="comma-separated budgets, s: gradient searches after each instance's runs (warm process)")
     ap.add_argument("--small", type=int, default=None,
                     help="small exact instances to run (default 10, --quick 3, 0 with --instances)")
     args = ap.parse_args()
@@ -84,6 +113,10 @@ def main() -> int:
         suite = parse_instances(args.instances) or (SUITE[:2] if args.quick else SUITE)
     except ConfigError as e:
         ap.error(str(e))
+    try:
+        warm_budgets = parse_budgets(args.warm_budgets)
+    except ValueError as e:
+        ap.error(f"field '--warm-budgets': {e}")
     seeds = range(args.small if args.small is not None else 0 if args.instances else 3 if args.quick else 10)
     print(f"plan search benchmark: budget {budget:g} s per method, seed 0, {os.cpu_count()} CPU cores")
     small = []
@@ -94,6 +127,8 @@ def main() -> int:
     rows = []
     for model_name, system_name in suite:
         rows += run_instance(model_name, system_name, budget, warm=not args.no_warm)
+        if warm_budgets:
+            run_warm_budgets(model_name, system_name, warm_budgets)
     print("\n== per instance: gap to the best plan any method found ==")
     print(f"  {'instance':<32} " + " ".join(f"{m:>13}" for m in METHODS))
     for inst in dict.fromkeys(r["instance"] for r in rows):
