@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import perfmodel as pm  # noqa: E402
 from perfmodel.search.exact import exact_plan, subproblem_plan  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
-from perfmodel.search.instances import SUITE, parse_instances, small_instance  # noqa: E402
+from perfmodel.search.instances import SUITE, parse_budgets, parse_instances, small_instance  # noqa: E402
 
 METHODS = ("gradient", "greedy", "random", "evolutionary")
 
@@ -63,20 +63,6 @@ def run_warm_budgets(model_name: str, system_name: str, budgets: list[float]) ->
         r = pm.search(system, model, "gradient", seed=0, budget_s=b)
         cells.append(f"{b:g} s: {r.step_s * 1e3:.3f} ms ({r.wall_s:.2f} s)")
     print(f"  {model_name + '@' + system_name:<32} gradient, warm process: " + "; ".join(cells), flush=True)
-
-
-def parse_budgets(text: str) -> list[float]:
-    """'0.2,0.5,1' -> [0.2, 0.5, 1.0]; ValueError unless every entry is a number of seconds > 0."""
-    out = []
-    for entry in (e.strip() for e in text.split(",") if e.strip()):
-        try:
-            b = float(entry)
-        except ValueError:
-            b = float("nan")
-        if not (np.isfinite(b) and b > 0):
-            raise ValueError(f"entry {entry!r} is not a number of seconds > 0")
-        out.append(b)
-    return out
 
 
 def run_small(seeds, budget: float) -> list[dict]:
@@ -115,8 +101,8 @@ def main() -> int:
         ap.error(str(e))
     try:
         warm_budgets = parse_budgets(args.warm_budgets)
-    except ValueError as e:
-        ap.error(f"field '--warm-budgets': {e}")
+    except ConfigError as e:
+        ap.error(str(e))
     seeds = range(args.small if args.small is not None else 0 if args.instances else 3 if args.quick else 10)
     print(f"plan search benchmark: budget {budget:g} s per method, seed 0, {os.cpu_count()} CPU cores")
     small = []

@@ -212,3 +212,9 @@ def test_benchmark_instance_lists_are_parsed_with_clear_errors():
                       ("nope@h100-8", "unknown preset 'nope'"), ("dlrm-small@nope", "unknown system 'nope'")):
         with pytest.raises(ConfigError, match=says):
             parse_instances(bad)
+    # bench_search --warm-budgets
+    from perfmodel.search.instances import parse_budgets
+    assert parse_budgets("0.2, 1,") == [0.2, 1.0] and parse_budgets("") == []
+    for bad in ("x", "0", "-1", "nan", "inf"):
+        with pytest.raises(ConfigError, match=f"--warm-budgets.*entry '{bad}' is not a number of seconds > 0"):
+            parse_budgets(bad)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..config import ConfigError
@@ -75,3 +77,20 @@ def parse_instances(text: str, field: str = "--instances") -> list[tuple[str, st
         load_model(parts[0]), load_system(parts[1])          # unknown presets: ConfigError listing the known ones
         pairs.append((parts[0], parts[1]))
     return pairs
+
+
+def parse_budgets(text: str, field: str = "--warm-budgets") -> list[float]:
+    """'0.2,0.5,1' -> [0.2, 0.5, 1.0]; ConfigError naming `field` and the entry unless each is a
+    number of seconds > 0. Empty text: []."""
+    out = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        try:
+            b = float(entry)
+        except ValueError:
+            b = float("nan")
+        if not (math.isfinite(b) and b > 0):
+            raise ConfigError("", field, f"entry {entry!r} is not a number of seconds > 0")
+        out.append(b)
+    return out
