@@ -141,10 +141,6 @@ def make_net(system: System, offload) -> Net:
 
 # ------------------------------------------------------------------------ who drives: engines or cores
 
-def _engine_time(p: Parts):
-    return p.bytes_s + p.lat_s
-
-
 def protocol_times(net: Net, p: Parts) -> list:
     """Core-driven time of the transfer under each of NCCL's protocols (module docstring)."""
     out = []
@@ -154,20 +150,6 @@ def protocol_times(net: Net, p: Parts) -> list:
             extra = extra + c * net.proto_step[k][i]
         out.append(net.proto_base[i] + p.lat_s + extra + p.bytes_s / net.proto_eff[i])
     return out
-
-
-def _core_time(net: Net, p: Parts):
-    """The fastest protocol: an exact min (continuous, monotone; the active protocol's gradient)."""
-    ts = protocol_times(net, p)
-    out = ts[0]
-    for t in ts[1:]:
-        out = jnp.minimum(out, t)
-    return out
-
-
-def _moved(net: Net, p: Parts):
-    """(engines, cores) time of a transfer with no reduction."""
-    return _engine_time(p), _core_time(net, p)
 
 
 def _blend(net: Net, pair):
@@ -366,6 +348,21 @@ def _terms(net: Net):
     return memo["terms"]
 
 
+def _latency(net: Net, H):
+    """Latency of static coefficients H [..., 2, F]: sum_f (H0 + H1 / m) a_f."""
+    _, feats, per_msg, *_ = _terms(net)
+    return jnp.einsum("...mf,m,f->...", jnp.asarray(H, jnp.float32), per_msg, feats)
+
+
+def _per_protocol(net: Net, lat, steps, live):
+    """Latency [..., P] under each core-driven protocol: `lat` plus the protocol's extra latency per
+    step (steps [..., 2, KINDS], per step and per step per message in flight) and its base latency
+    where `live` (1 for a real transfer, 0 for padding)."""
+    _, _, per_msg, step, base, _ = _terms(net)
+    extra = jnp.einsum("...mk,m->...k", jnp.asarray(steps, jnp.float32), per_msg) @ step
+    return lat[..., None] + extra + jnp.asarray(live, jnp.float32)[..., None] * base
+
+
 def _coefficients(net: Net, op: str, lo: int, hi: int):
     """Per algorithm and component ([A, C]): engines' bytes and latency coefficients, cores' bytes
     coefficient per protocol and latency per protocol ([A, C, P]), and the share reduced; computed
@@ -374,12 +371,10 @@ def _coefficients(net: Net, op: str, lo: int, hi: int):
     key = (op, lo, hi)
     if key not in memo:
         tab = _table(_shape(net), op, lo, hi)
-        inv_bw, feats, per_msg, step, base, eff = _terms(net)
-        lat = lambda H: jnp.einsum("acmf,m,f->ac", H, per_msg, feats)
+        inv_bw, *_, eff = _terms(net)
         slowest = lambda C: jnp.max(jnp.einsum("acjk,k->acj", C, inv_bw), axis=-1)
-        steps = jnp.einsum("acmk,m->ack", tab["steps"], per_msg)
-        core_lat = lat(tab["core_lat"])[..., None] + steps @ step + tab["live"][..., None] * base
-        memo[key] = (slowest(tab["eng_bytes"]), lat(tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
+        core_lat = _per_protocol(net, _latency(net, tab["core_lat"]), tab["steps"], tab["live"])
+        memo[key] = (slowest(tab["eng_bytes"]), _latency(net, tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
                      core_lat, tab["reduced"])
     return memo[key]
 
@@ -413,8 +408,8 @@ def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     """The ring's transfer as Parts (bytes time, latency, steps per link kind), e.g. for
     protocol_times."""
     c = _ring_c(_shape(net), lo, hi, passes, 1.0, False)
-    inv_bw, feats, per_msg, *_ = _terms(net)
-    return Parts(_f32(S) * jnp.max(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), per_msg @ c.core_lat @ feats,
+    inv_bw = _terms(net)[0]
+    return Parts(_f32(S) * jnp.max(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), _latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 
@@ -488,9 +483,9 @@ def all_to_all_fixed(net: Net, hier: bool) -> Parts:
     """The all-to-all's per-step latency and steps per link kind (its transfer left at 0): direct,
     or hierarchical (one aggregated message per remote domain)."""
     c = _a2a_c(_shape(net), hier)
-    _, feats, per_msg, *_ = _terms(net)
+    per_msg = _terms(net)[2]
     steps = {k: per_msg @ jnp.asarray(c.steps[:, i], jnp.float32) for i, k in enumerate(KINDS) if c.steps[:, i].any()}
-    return Parts(0.0, per_msg @ jnp.asarray(c.core_lat, jnp.float32) @ feats, steps)
+    return Parts(0.0, _latency(net, c.core_lat), steps)
 
 
 def all_to_all(net: Net, send, recv, probs, temperature_max):
@@ -506,7 +501,7 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     K = len(net.fanout)
     if net.size[-1] == 1:
         return jnp.zeros(())
-    inv_bw, feats, per_msg, step, base, eff = _terms(net)
+    inv_bw, *_, eff = _terms(net)
     on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
 
     def transfer(vol):          # the slowest device's busiest link
@@ -517,11 +512,9 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     if K > 1:
         forms.append(transfer(vol.at[:, 0].add(jnp.sum(vol[:, 1:], axis=1))))
     fixed = [_a2a_c(_shape(net), hier) for hier in (False, True)[:len(forms)]]
-    H = jnp.asarray(np.stack([c.core_lat for c in fixed]), jnp.float32)               # [forms, 2, F]
-    steps = jnp.asarray(np.stack([c.steps for c in fixed]), jnp.float32)
     t = jnp.stack(forms)
-    lat = jnp.einsum("vmf,m,f->v", H, per_msg, feats)
-    core_lat = lat[:, None] + jnp.einsum("vmk,m->vk", steps, per_msg) @ step + base
+    lat = _latency(net, np.stack([c.core_lat for c in fixed]))                         # [forms]
+    core_lat = _per_protocol(net, lat, np.stack([c.steps for c in fixed]), np.ones(len(fixed)))
     timed = _blend(net, (t + lat, jnp.min(core_lat + t[:, None] / eff, axis=-1)))
     direct, hier = timed[0], timed[-1]
     return probs[DIRECT] * direct + probs[HIER] * hier + (probs[RING] + probs[TREE]) * direct + net.setup_s
