@@ -74,10 +74,10 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     gs.run(gs.step_for(8, system, model), params, state, system, model, make_masks(system, model), steps=3, deadline=1e18)
     assert gs.is_compiled(8, system, model) and gs.step_seconds(8, system, model) > 0
     key = gs._cache_key(8, system, model)
-    monkeypatch.setitem(gs._SEEN, key, 1.0)          # 150 s of steps: never within a 5-s budget
+    monkeypatch.setitem(gs._STEP_SECONDS, key, 1.0)          # 150 s of steps: never within a 5-s budget
     slow = pm.search(system, model, "gradient", seed=0, budget_s=5)
     assert slow.notes["gradient_steps"] == 0 and "gradient_skipped" in slow.notes
-    monkeypatch.setitem(gs._SEEN, key, 1e-6)
+    monkeypatch.setitem(gs._STEP_SECONDS, key, 1e-6)
     fast = pm.search(system, model, "gradient", seed=0, budget_s=5)
     assert fast.notes["gradient_steps"] > 0 and "gradient_skipped" not in fast.notes
     assert api.RELAXED_SHARE * 5 < 150 * 1.0

@@ -114,16 +114,16 @@ def _init_state(params):
 
 def is_compiled(restarts: int, system: System, model: RankingModel) -> bool:
     """Whether the step for this problem shape (and number of restarts) is compiled in this process."""
-    return _cache_key(restarts, system, model) in _SEEN
+    return _cache_key(restarts, system, model) in _STEP_SECONDS
 
 
 def step_seconds(restarts: int, system: System, model: RankingModel) -> float | None:
     """Wall seconds of one step of this problem shape, as last measured in this process (None: never
     run past its first step)."""
-    return _SEEN.get(_cache_key(restarts, system, model))
+    return _STEP_SECONDS.get(_cache_key(restarts, system, model))
 
 
-_SEEN: dict = {}          # problem shape -> seconds per step (None until measured)
+_STEP_SECONDS: dict = {}    # problem shapes run in this process -> seconds per step (None until measured)
 
 
 def _cache_key(restarts, system, model):
@@ -136,7 +136,7 @@ def run(step, params, state, system: System, model: RankingModel, masks: Masks, 
     """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline)."""
     v, taken = None, 0
     key = _cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model)
-    _SEEN.setdefault(key, None)
+    _STEP_SECONDS.setdefault(key, None)
     for i in range(steps):
         tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
         params, state, v = step(params, state, system, model, masks, jnp.float32(tau))
@@ -148,7 +148,7 @@ def run(step, params, state, system: System, model: RankingModel, masks: Masks, 
             break
     v = np.asarray(v)
     if taken > 1:
-        _SEEN[key] = (time.time() - t1) / (taken - 1)
+        _STEP_SECONDS[key] = (time.time() - t1) / (taken - 1)
     return params, v, taken
 
 
