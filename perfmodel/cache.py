@@ -58,3 +58,11 @@ def compile_options(quick: bool = False) -> dict | None:
     if jax.default_backend() != "cpu":
         return None
     return QUICK_COMPILE_OPTIONS if quick else CPU_COMPILE_OPTIONS
+
+
+def traced(tree) -> bool:
+    """Whether any leaf of `tree` is a tracer: the value is under a jit, vmap or grad (where jax
+    allows no compile options, and where values computed now must not outlive the trace)."""
+    import jax
+
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))

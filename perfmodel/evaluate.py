@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from .cache import jit
+from .cache import jit, traced
 from .cost import collectives as coll
 from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
 from .cost.embedding import embedding_costs
@@ -82,8 +82,7 @@ def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, te
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((system, model, plan)))
-    return (_evaluate_nested if traced else _evaluate_jit)(system, model, plan, float(temperature))
+    return (_evaluate_nested if traced((system, model, plan)) else _evaluate_jit)(system, model, plan, float(temperature))
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:

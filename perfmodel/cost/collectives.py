@@ -57,10 +57,10 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import traced
 from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
 
 RING, DIRECT, TREE, HIER = range(4)
@@ -321,7 +321,7 @@ def _memo(net: Net) -> dict:
     """Where the terms of a Net made inside a trace (evaluate's) are kept for its other collectives;
     a Net of concrete values gets a fresh dict each time (terms computed under some later trace
     must not outlive it)."""
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((net.alpha, net.bw, net.msgs))):
+    if traced((net.alpha, net.bw, net.msgs)):
         return net.__dict__.setdefault("_memo", {})
     return {}
 
