@@ -64,13 +64,16 @@ SUITE = (("dlrm-dcnv2-mlperf", "mtia300-64"), ("dlrm-dcnv2-mlperf", "h100-64"), 
          ("prod-856", "h100-256"), ("rec-150b", "mtia300-1024"))
 
 
+def _entries(text: str) -> list[str]:
+    """The non-empty comma-separated entries of a command-line list, stripped."""
+    return [e.strip() for e in text.split(",") if e.strip()]
+
+
 def parse_instances(text: str, field: str = "--instances") -> list[tuple[str, str]]:
     """'model@system,model@system' -> [(model, system)], every preset checked to load; ConfigError
     naming `field`, the entry and what is allowed otherwise. Empty text: []."""
     pairs = []
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
+    for entry in _entries(text):
         parts = entry.split("@")
         if len(parts) != 2 or not all(parts):
             raise ConfigError("", field, f"entry {entry!r} is not model@system (e.g. dlrm-dcnv2-mlperf@h100-64)")
@@ -83,9 +86,7 @@ def parse_budgets(text: str, field: str = "--warm-budgets") -> list[float]:
     """'0.2,0.5,1' -> [0.2, 0.5, 1.0]; ConfigError naming `field` and the entry unless each is a
     number of seconds > 0. Empty text: []."""
     out = []
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
+    for entry in _entries(text):
         try:
             b = float(entry)
         except ValueError:
