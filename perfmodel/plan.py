@@ -11,7 +11,7 @@ result by construction.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import jax
@@ -209,9 +209,14 @@ def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
     return jax.tree_util.tree_map(jnp.asarray, plan_arrays(plan, system, model))
 
 
-def plan_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
+def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArrays | None = None) -> PlanArrays:
     """to_arrays with numpy float32 leaves: what a search builds by the thousand (a jitted function
-    takes them as they are; thirteen device transfers per plan cost more than the plan's scoring)."""
+    takes them as they are; thirteen device transfers per plan cost more than the plan's scoring).
+    tables: the arrays of a plan with the same tables (a variant of `plan`'s settings), whose table
+    leaves are reused: only the settings are built (a search scores hundreds of such variants)."""
+    settings = _settings_arrays(plan)
+    if tables is not None:
+        return replace(tables, **settings)
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
     H = D // L
@@ -234,19 +239,22 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
         else:
             dp[i, :] = 1.0 / H
         cache[i] = t.cache_ratio
+    return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache, **settings)
+
+
+def _settings_arrays(plan: Plan) -> dict:
+    """The PlanArrays leaves of a plan's settings (dense parallelism, algorithms, precisions,
+    offload, pipelining, buckets, chunks), numpy float32."""
     algo = np.zeros((4, 4), np.float32)
     defaults = Plan(tables={}).algorithms
     for c, kind in enumerate(COLLECTIVES):
         algo[c, ALGORITHMS.index(plan.algorithms.get(kind, defaults[kind]))] = 1.0
     onehot = lambda v, opts: np.eye(len(opts), dtype=np.float32)[opts.index(v)]
     f = lambda x: np.asarray(x, np.float32)
-    return PlanArrays(
-        shard_type=f(st), placement=f(pl), domain_placement=f(dp), cw_shards=f(cw), cache_ratio=f(cache),
-        dense_mode=onehot(plan.dense, DENSE_MODES), algorithm=f(algo),
-        a2a_precision=onehot(plan.a2a_precision, PRECISIONS), grad_precision=onehot(plan.grad_precision, PRECISIONS),
-        offload=f(1.0 if plan.offload else 0.0), pipeline=f(1.0 if plan.pipeline else 0.0),
-        grad_buckets=f(plan.grad_buckets), overlap_chunks=f(plan.overlap_chunks),
-    )
+    return dict(dense_mode=onehot(plan.dense, DENSE_MODES), algorithm=algo,
+                a2a_precision=onehot(plan.a2a_precision, PRECISIONS), grad_precision=onehot(plan.grad_precision, PRECISIONS),
+                offload=f(1.0 if plan.offload else 0.0), pipeline=f(1.0 if plan.pipeline else 0.0),
+                grad_buckets=f(plan.grad_buckets), overlap_chunks=f(plan.overlap_chunks))
 
 
 def stack(plans: list[PlanArrays]) -> PlanArrays:

@@ -267,6 +267,28 @@ def test_to_arrays_of_every_kind(h64):
     assert float(pa.grad_buckets) == 8.0 and float(pa.overlap_chunks) == 2.0
 
 
+def test_settings_variants_reuse_the_table_arrays(h64):
+    """plan_arrays(variant, tables=arrays of the plan): the variant's own arrays, leaf for leaf, with
+    the plan's table leaves (what the searches build their settings candidates with)."""
+    import dataclasses
+
+    import jax
+
+    from perfmodel.plan import plan_arrays
+    system, model = h64
+    plan = plan_from_dict(every_kind(), system, model)
+    base = plan_arrays(plan, system, model)
+    variants = [dataclasses.replace(plan, dense="replicated", grad_buckets=2),
+                dataclasses.replace(plan, algorithms=dict(plan.algorithms, all_to_all="direct"), offload=True),
+                dataclasses.replace(plan, a2a_precision="fp8", grad_precision="fp32", pipeline=True, overlap_chunks=4)]
+    for v in variants:
+        full, reused = plan_arrays(v, system, model), plan_arrays(v, system, model, base)
+        assert any(not np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(base)))
+        for x, y in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(reused)):
+            assert x.dtype == y.dtype == np.float32 and np.array_equal(x, y)
+    assert plan_arrays(variants[0], system, model, base).placement is base.placement
+
+
 def test_to_arrays_fills_missing_algorithms_with_defaults(h64):
     system, model = h64
     data = every_kind()

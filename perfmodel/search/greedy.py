@@ -173,7 +173,8 @@ def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
     from .local import INFEASIBLE, score_plans
-    scores = score_plans(system, model, stack([plan_arrays(c, system, model) for c in candidates]))
+    tables = plan_arrays(base, system, model)          # the same tables in every candidate: built once
+    scores = score_plans(system, model, stack([plan_arrays(c, system, model, tables) for c in candidates]))
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
 

@@ -198,7 +198,7 @@ class LocalSearch:
         cache = jnp.asarray(_pad(c["cache"], size) if n else np.ones(size), jnp.float32)
         pad = lambda x: jnp.asarray(np.pad(x, (n, size - n - len(x)), mode="edge") if len(x) else np.zeros(size, np.int32))
         row = np.clip(np.arange(size) - n - m, 0, max(q - 1, 0)).astype(np.int32)
-        batch = stack([plan_arrays(p, self.system, self.model) for p in settings or [plan]])
+        batch = stack([plan_arrays(p, self.system, self.model, pa) for p in settings or [plan]])
         batch = jax.tree_util.tree_map(lambda x: _pad(np.asarray(x), MIXED_SETTINGS), batch)
         sc = self.scores(_apply_mixed(pa, *cols, cache, pad(a), pad(b), jnp.asarray(kind), jnp.asarray(row), batch))
         return sc[:n], sc[n:n + m], sc[n + m:n + m + q]
