@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from .cache import jit, traced
 from .cost import collectives as coll
 from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
-from .cost.embedding import embedding_costs
+from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import reduce_max, smax, smin
 from .hardware import System, _pytree, static
@@ -86,7 +86,7 @@ def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, te
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
-    return _step_model(system, model, pa, tau)
+    return _step_model(system, model, pa, tau)[0]
 
 
 # compiled once per problem shape (System, model and plan structures), reused by every call; with
@@ -99,7 +99,9 @@ _evaluate_jit = jit(_evaluate, static_argnums=3, quick=True)
 _evaluate_nested = jax.jit(_evaluate, static_argnums=3)
 
 
-def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:
+    """The step's Breakdown, and the embedding costs it was built from (the plan search reads the
+    per-device all-to-all volumes from them)."""
     chip = system.chip
     D, L = system.num_chips, system.domain_size
     K = len(system.levels)
@@ -250,10 +252,11 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
            "grad_dist": zero + g_end, "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + sync_end,
            "optimizer": opt_end}
     comm_bytes = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
-    return Breakdown(
+    bd = Breakdown(
         step_s=step, samples_per_s=B / step, phase_s=phase, start_s=start, end_s=end, compute_s=compute,
         comm_s=comm_busy, exposed_comm_s=jnp.maximum(step - dmax(compute), 0.0), interference_s=extra,
         slowdown=compute / compute_plain, mfu=mfu, memory_bytes=mem, memory_parts=parts, capacity_bytes=cap,
         host_memory_bytes=emb.host_bytes, feasible=feasible, usd_per_million_samples=usd,
         joules_per_sample=joules, comm_bytes=comm_bytes, num_chips=D,
     )
+    return bd, emb

@@ -28,9 +28,12 @@ def reduce_max(x, axis=-1, temperature: float = 0.0):
     if temperature == 0.0:
         return jnp.max(x, axis=axis)
     tau = _scale(x, temperature)
-    # log-sum-exp, shifted by the largest term (no overflow); jax.nn.logsumexp computes the same but
-    # with its handling of infinities and weights traces ~5x the operations (its gradient more),
-    # which the relaxed step's compile pays at each of the schedule's ~20 maxima
-    z = x / tau
+    return tau * logsumexp(x / tau, axis)
+
+
+def logsumexp(z, axis=-1):
+    """log sum exp(z) along `axis`, shifted by the largest term (no overflow). jax.nn.logsumexp
+    computes the same but with its handling of infinities and weights traces ~5x the operations (its
+    gradient more), which the relaxed step's compile pays at each of the schedule's ~20 maxima."""
     top = jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
-    return tau * (jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(z - top), axis=axis)))
+    return jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(z - top), axis=axis))

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
-from ..cost.embedding import embedding_costs
-from ..evaluate import _evaluate
+from ..cost.smooth import logsumexp
+from ..evaluate import _step_model
 from ..hardware import System
-from ..plan import (ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISION_BYTES, PRECISIONS, RW,
+from ..plan import (ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISIONS, RW,
                     SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, stack)
 from ..workload import RankingModel
 from .relax import Masks, cw_options
@@ -47,10 +47,10 @@ def score_of(bd) -> jax.Array:
     return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
 
 
-def _loads(system, model, pa, bd) -> jax.Array:
+def _loads(bd, emb) -> jax.Array:
     """[R, D] per device, every resource whose max over devices can bind the step: compute busy,
-    and the bytes sent and received by the index and output all-to-alls at each network level."""
-    emb = embedding_costs(system, model, pa, pa.a2a_precision @ jnp.asarray(PRECISION_BYTES), 1.0)
+    and the bytes sent and received by the index and output all-to-alls at each network level
+    (from the evaluation's own embedding costs)."""
     return jnp.concatenate([bd.compute_s[None], emb.out_send.T, emb.out_recv.T, emb.in_send.T, emb.in_recv.T])
 
 
@@ -60,11 +60,11 @@ def _scores(system, model, pa):
     move lowers it, and a local search stops on the plateau. The tie-broken score multiplies the
     score by 1 + TIE x sum over resources of the smooth max over devices of load / mean load, which
     still falls when one of the tied devices is relieved, so the search walks along plateaus."""
-    bd = _evaluate(system, model, pa, 0.0)
-    loads = _loads(system, model, pa, bd)
+    bd, emb = _step_model(system, model, pa, 0.0)
+    loads = _loads(bd, emb)
     mean = jnp.mean(loads, axis=1, keepdims=True)
     norm = loads / jnp.maximum(mean, 1e-30)
-    spread = jnp.sum(jnp.where(mean[:, 0] > 0, TIE_TAU * jax.nn.logsumexp(norm / TIE_TAU, axis=1), 0.0))
+    spread = jnp.sum(jnp.where(mean[:, 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=1), 0.0))
     score = score_of(bd)
     return score, score * (1.0 + TIE * spread), bd, loads
 
