@@ -38,10 +38,9 @@ import datetime as _dt
 import json
 import math
 import platform
-import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax

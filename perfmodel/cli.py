@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from .cache import enable_compile_cache
 from .config import ConfigError, read_file

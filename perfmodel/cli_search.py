@@ -100,7 +100,7 @@ def describe_plan(plan, model, max_rows: int = 12) -> str:
         lines.append(f"  {st:<15} {n:>5} tables  {rows[idx].sum() / 1e6:>10.1f} M rows  "
                      f"{pool[idx].sum():>8.1f} lookups/sample")
     order = np.argsort(-(rows * pool))[:max_rows]
-    lines.append(f"  heaviest tables (rows x pooling):")
+    lines.append("  heaviest tables (rows x pooling):")
     for i in order:
         t = plan.tables[tb.names[i]]
         ranks = t.ranks if len(t.ranks) <= 4 else f"{t.ranks[0]}..{t.ranks[-1]} ({len(t.ranks)})"

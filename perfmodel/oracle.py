@@ -295,7 +295,6 @@ def hlo_volumes(colls: list[dict], D: int) -> dict:
 def check(system_name: str, case: str, *, batch: int | None = None) -> dict:
     """Compile one case and compare; returns a JSON-able dict."""
     import jax
-    import numpy as np
     from . import reference as ref
     from .hardware import load_system
     system = load_system(system_name)

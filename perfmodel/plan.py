@@ -316,7 +316,7 @@ def table_ranks(sharding: int, place_row, domain: int, k: int, D: int, L: int) -
 def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     """The discrete Plan of one-hot PlanArrays (the inverse of to_arrays); relaxed arrays are
     rounded to their largest entries."""
-    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    D, L = system.num_chips, system.domain_size
     st = np.argmax(np.asarray(pa.shard_type), axis=1)
     place = np.asarray(pa.placement)
     dom = np.argmax(np.asarray(pa.domain_placement), axis=1)

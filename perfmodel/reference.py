@@ -31,7 +31,6 @@ this is exactly the slowest device the cost model's all-to-all time is set by.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -740,7 +739,6 @@ def make_sharded_step(spec: Spec, plan: Plan, mesh, axis: str = "d"):
     p_cols = _cols_of(spec, lay.p_tables)
     rw_cols = _cols_of(spec, lay.rw_tables)
     dp_cols = _cols_of(spec, lay.dp_tables)
-    T = spec.T
     # table order of the features after concatenating the groups
     order = list(lay.p_tables) + list(lay.rw_tables) + list(lay.dp_tables)
     perm = np.argsort(np.asarray(order)).astype(np.int32)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, Num, Section, preset_names, preset_path, read_file
+from .config import ConfigError, Num, Section, preset_names, read_file
 from .hardware import _pytree, _resolve, static
 
 SHARD_DTYPES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}

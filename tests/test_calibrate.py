@@ -2,7 +2,6 @@
 fit through the model, hold out, write a chip preset), and the refusals a user can hit."""
 
 import numpy as np
-import pytest
 
 import perfmodel as pm
 from perfmodel import calibrate as cal

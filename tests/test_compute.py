@@ -6,7 +6,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import perfmodel as pm
 from perfmodel.cost.compute import (dense_flops, gather_efficiency, gemm_times, llc_factor, llc_hit, matmul_efficiency,
                                     memory_time)
 from perfmodel.cost.embedding import table_parts, table_seconds

@@ -46,7 +46,7 @@ def test_storage_per_sharding_type(small, mtia64):
 
 
 def test_table_wise_output_all_to_all_volumes(small, mtia64):
-    D, B, b = 64, 4096, 4096 / 64
+    b = 4096 / 64           # per-device batch: global batch 4,096 over 64 devices
     types = [("table_wise", [3])] * 8
     emb = embedding_costs(mtia64, small, _plan(mtia64, small, types), 2.0, 4.0)
     e = 64 * 2.0                                       # bytes per sample per table (bf16)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel import (ALGORITHMS, COLLECTIVES, SHARDING_TYPES, ConfigError, Plan, TablePlan, default_plan,
+from perfmodel import (ALGORITHMS, COLLECTIVES, SHARDING_TYPES, ConfigError, TablePlan, default_plan,
                        evaluate, load_model, load_plan, load_system, plan_from_dict, to_arrays, validate_plan)
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -17,7 +17,6 @@ evaluation of its solution and reports both.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp

@@ -27,7 +27,7 @@ from ..cache import jit
 from ..cost.embedding import table_seconds
 from ..cost.memory import capacity_bytes
 from ..hardware import System
-from ..plan import Plan, TablePlan
+from ..plan import Plan
 from ..workload import RankingModel
 
 _table_seconds = jit(table_seconds)    # one compiled program, not some fifteen op-by-op compiles (~0.4 s)

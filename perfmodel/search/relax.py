@@ -22,7 +22,7 @@ import numpy as np
 
 from ..hardware import System, _pytree
 from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, PRECISIONS, RW, SHARDING_TYPES,
-                    TW, TWRW, DP, Plan, PlanArrays, TablePlan, table_ranks)
+                    TWRW, DP, Plan, PlanArrays, TablePlan, table_ranks)
 from ..workload import RankingModel
 
 NEG = -1e9
@@ -144,7 +144,7 @@ def soft_arrays(p: SoftParams, masks: Masks, tau) -> PlanArrays:
 def round_params(p: SoftParams, masks: Masks, system: System, model: RankingModel) -> Plan:
     """The discrete plan nearest a relaxed one: argmax of each choice, top-k devices for column-wise
     shards (k the allowed shard count nearest the relaxed one), rounded bucket and chunk counts."""
-    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    D, L = system.num_chips, system.domain_size
     dims = np.asarray(model.tables.dim).astype(int)
     types = np.argmax(np.asarray(p.type_logits) + masks.types, axis=1)
     place = np.asarray(p.place_logits)
