@@ -199,6 +199,41 @@ def test_compile_clock_counts_compiles_not_cached_calls():
     assert first.seconds > 0.0 and second.seconds == 0.0
 
 
+def test_compile_clock_counts_a_program_loaded_from_the_persistent_cache(tmp_path):
+    """A program loaded from the persistent cache counts its trace, lowering and load: at least the
+    load itself. (jax reports the compile time a cached program saved in whole seconds: counting that
+    instead, a sub-second program read as free and the relaxed step's budget check let a 3-s search
+    run 6 s.)"""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import compilation_cache
+
+    from perfmodel.search.api import _CompileClock
+
+    events = []
+    jax.monitoring.register_event_duration_secs_listener(lambda e, s, **_: events.append((e, s)))
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    f = lambda x: jnp.tanh(x) * 5.0 - jnp.exp(-x) ** 3
+    x = jnp.arange(11.0)
+    try:
+        compilation_cache.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.jit(f)(x).block_until_ready()                 # compiled, written to tmp_path
+        jax.clear_caches()
+        events.clear()
+        with _CompileClock() as loaded:
+            jax.jit(f)(x).block_until_ready()             # traced, lowered, loaded
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+        compilation_cache.reset_cache()
+    load = sum(s for e, s in events if e == "/jax/compilation_cache/cache_retrieval_time_sec")
+    assert load > 0.0, "the program was not loaded from the cache"
+    assert loaded.seconds >= load
+    assert loaded.seconds == pytest.approx(sum(s for e, s in events if e in _CompileClock.EVENTS))
+
+
 def test_benchmark_instance_lists_are_parsed_with_clear_errors():
     """bench_search / bench_compile --instances: model@system pairs; a malformed entry or an unknown
     preset is one ConfigError naming it."""

@@ -30,10 +30,12 @@ from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
-# the relaxed step's compile (forward and gradient of every restart) over the single-plan scorer's, by
-# how the step compiles (gradient.step_for; both scorers compile quick): 3.8 (MLPerf, h100-16), 4.4
-# (h100-64) quick; 9.7 (prod-856, mtia300-256) optimized; benchmarks/bench_compile.py on 2 cores
-RELAXED_COMPILE = {"quick": 4.5, "optimized": 10.0}
+# the relaxed step's first call over the single-plan scorer's, both as _CompileClock counts them
+# (trace + lowering + compile, or + load from the persistent cache), by how the step compiles
+# (gradient.step_for; both scorers compile quick). On 2 cores, MLPerf on h100-16 (quick): 4.35 / 0.70 s
+# = 6.2 compiled, 2.07 / 0.32 s = 6.5 loaded; prod-856 on mtia300-256 (optimized): 8.9 / 0.86 s = 10.4
+# compiled, 2.1 / 0.28 s = 7.6 loaded. Tracing the step's gradient alone takes 1.1 s either way
+RELAXED_COMPILE = {"quick": 6.5, "optimized": 10.5}
 # the share of the time left that compiling the relaxed step may take: the rest refines its roundings
 # and kicks. With the compile allowed all of it (less a 2-s margin), a cold 30-s search of MLPerf on
 # h100-16 compiled until ~1 s before its deadline and, in one of five runs, returned its refined
@@ -99,16 +101,20 @@ class _Progress:
 
 
 class _CompileClock:
-    """Seconds of XLA compilation a block caused, counting a program loaded from the persistent
-    cache (perfmodel.enable_compile_cache) at the compile time it saved: the cost it would have had
-    without the cache, which is what predicts the compile of a program not in the cache."""
+    """Seconds a block spent making programs: tracing them to jaxprs, lowering them, and compiling
+    them or loading them from the persistent cache (perfmodel.enable_compile_cache). Not the compile
+    time a cached program saved: jax stores it in whole seconds, so the single-plan scorer's 0.55 s
+    reads as 0 and a search with the cache on took the relaxed step for free (a 3-s search of MLPerf
+    ran 6 s)."""
 
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration")
     _total = 0.0
     _listening = False
 
     @classmethod
     def _listen(cls, event: str, seconds: float, **_):
-        if event in ("/jax/core/compile/backend_compile_duration", "/jax/compilation_cache/compile_time_saved_sec"):
+        if event in cls.EVENTS:
             cls._total += seconds
 
     def __enter__(self):
@@ -123,7 +129,7 @@ class _CompileClock:
         return False
 
 
-_SCORER_COMPILE_S: dict = {}      # problem shape -> compile seconds of the hard scorer, first measured
+_SCORER_COMPILE_S: dict = {}      # problem shape -> seconds making the hard scorer (_CompileClock), first measured
 
 
 def _check(method: str, budget_s, restarts: int, precisions) -> None:
@@ -223,7 +229,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget. Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
-    (estimated as RELAXED_COMPILE x the single-plan scorer's compile as _CompileClock measured it),
+    (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it),
     or, when it is compiled already, its steps do (as last timed in this process), run the gradient
     restarts, round them (argmax and repacked: roundings) and refine the best roundings; again from
     other seeds (up to RELAXED_BATCHES batches) while a batch takes at most half the time left. Then
