@@ -14,7 +14,7 @@ import os
 
 
 # Programs compiled in at least this long are kept on disk. jax's default (1 s) kept only the batched
-# scorer and the relaxed step of a search; the single-plan scorer (0.5-0.85 s) and the mixed-move
+# scorer and the relaxed step of a search; the single-plan scorer (0.5-0.6 s) and the mixed-move
 # batch (0.25-0.35 s) were compiled again by every process. Smaller programs compile about as fast
 # as they load.
 MIN_CACHED_COMPILE_S = 0.2
@@ -40,8 +40,8 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
 CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 # For programs whose run time is small beside their compile (one call per search round, or a few
 # hundred steps on a small instance): LLVM's optimization passes off as well. The single-plan scorer
-# compiles in 0.7-0.85 s instead of 1.65 s and runs 1.0-2.2x slower (under 2 ms a call); the relaxed
-# gradient step of a small instance in 2.7-3.7 s instead of 6.6-9.3 s, 1.7-2.5x slower to run
+# compiles in 0.5-0.6 s instead of 1.0-1.3 s and runs 1.0-1.6x slower (under 2 ms a call); the relaxed
+# gradient step of a small instance in 2.3-2.4 s instead of 6.0 s, 1.4-2x slower to run
 # (benchmarks/bench_compile.py; search.gradient.step_for decides per problem size)
 QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
 

@@ -76,10 +76,10 @@ def _step_fn(params, state, system, model, masks, tau):
 
 # Compiled once per problem shape (module level). The step's compile is most of a cold search's:
 # on a small instance, with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS), it compiles in
-# 2.7-3.7 s instead of 6.6-9.3 s and runs 1.7-2.5x slower, which 150 steps pay back many times
-# (MLPerf on h100-16: 1.8 vs 0.8 ms a step; rec-150b on mtia300-64: 6.8 vs 2.8 ms). On a large one
-# the run costs about what the compile saves (prod-856 on mtia300-256: 31 vs 19 ms a step, 2.8 vs
-# 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
+# 2.3-3.7 s instead of 6.0-9.3 s (two runs of bench_compile) and runs 1.4-2.5x slower, which 150
+# steps pay back many times (MLPerf on h100-16: 1.8 vs 0.8 ms a step; rec-150b on mtia300-64: 6.8
+# vs 2.8 ms). On a large one the run costs about what the compile saves (prod-856 on mtia300-256: 31
+# vs 19 ms a step, 2.8 vs 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
 QUICK_STEP_CELLS = 8 * 65536     # restarts x tables x devices up to which the step compiles quick
 _step = jit(_step_fn)
 _step_quick = jit(_step_fn, quick=True)
