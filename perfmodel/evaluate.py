@@ -139,13 +139,19 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     u_in = used(1.0 - S[:, DP])
     u_a2a = used(S[:, TW] + S[:, CW] + S[:, TWRW] + S[:, RW] * model.tables.sequence)
     u_rw = used(S[:, RW] * (1.0 - model.tables.sequence))
+    u_tr = used(S[:, TWRW] * (1.0 - model.tables.sequence))
     u_dp = used(S[:, DP])
     c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.in_send, emb.in_recv)
     c_rw = expected(u_rw, lambda x: coll.reduce_scatter(net, x, 0, top, algo[RS]), emb.rw_bytes)
     c_rw_b = expected(u_rw, lambda x: coll.all_gather(net, x, 0, top, algo[AG]), emb.rw_bytes)
+    # table-row-wise (pooled): the reduce-scatter inside each domain (its slowest device's buffer)
+    # before the all-to-all, and in the backward the all-gather after it
+    tr_max = dmax(emb.tr_bytes)
+    c_tr = expected(u_tr, lambda x: coll.reduce_scatter(net, x, 0, 0, algo[RS]), tr_max)
+    c_tr_b = expected(u_tr, lambda x: coll.all_gather(net, x, 0, 0, algo[AG]), tr_max)
     a2a_out = expected(u_a2a, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.out_send, emb.out_recv)
-    c_out = a2a_out + c_rw
-    c_gout = a2a_out + c_rw_b
+    c_out = a2a_out + c_rw + c_tr
+    c_gout = a2a_out + c_rw_b + c_tr_b
 
     P_dense = model.dense.params()
     g_bytes = P_dense * grad_b
@@ -182,7 +188,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         o = mn(comp, comm)
         return o * fc / (1.0 - fc) + mn(nbytes * mult / hbm_bw, comp) * (comm > 0)
 
-    out_bytes = jnp.max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1)) + emb.rw_bytes * (D - 1) / D
+    tr_moved = emb.tr_bytes * (L - 1) / L                  # [D] sent (and received) by the domain reduce-scatter
+    out_bytes = jnp.max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1) + tr_moved) + emb.rw_bytes * (D - 1) / D
     in_bytes = jnp.max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1))
     sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
     frac_c = 1.0 - 1.0 / chunks
@@ -227,7 +234,7 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     # ---------------------------------------------------------------- memory
     dense_mem = dense_state_bytes(model, shard) + zero
     act = activation_bytes(model, b, emb.pooled_bytes) + zero
-    buffers = (jnp.sum(emb.out_send + emb.out_recv, axis=1) + jnp.sum(emb.in_send + emb.in_recv, axis=1)
+    buffers = (jnp.sum(emb.out_send + emb.out_recv, axis=1) + 2.0 * tr_moved + jnp.sum(emb.in_send + emb.in_recv, axis=1)
                + (B * emb.rw_bytes / B) * 2.0 + g_bytes / buckets)
     parts = {"embeddings": emb.hbm_bytes, "dense": dense_mem, "activations": act, "buffers": buffers}
     mem = emb.hbm_bytes + dense_mem + act + buffers

@@ -93,3 +93,38 @@ def test_each_column_shard_runs_its_whole_lookup(small, mtia64):
     assert float(emb.fwd_s[1]) == pytest.approx(f[0] + out_write / 2 + launch, rel=1e-5)
     assert float(emb.bwd_s[2]) == pytest.approx(b[0] + out_write / 2 + launch, rel=1e-5)
     assert float(emb.fwd_s[0]) == pytest.approx(launch, rel=1e-5)      # no table on device 0
+
+
+def test_table_row_wise_reduce_scatter_then_all_to_all(small, mtia64):
+    """Pooled table-row-wise tables: each device reduce-scatters, inside its 16-chip domain, the
+    partial sums of all B samples of its domain's tables (tr_bytes); only the reduced B / L share
+    leaves the domain, in the all-to-all. The two are separate collectives, one after the other (as
+    TorchRec's TwRwPooledEmbeddingDist runs them), so the output distribution takes their sum."""
+    from perfmodel.cost import collectives as coll
+    from perfmodel.evaluate import evaluate
+
+    D, L, B = 64, 16, 4096.0
+    # tables 0-3 on domain 1 (ranks 16..31), 4-7 on domain 3 (48..63)
+    types = [("table_row_wise", list(range(16, 32)))] * 4 + [("table_row_wise", list(range(48, 64)))] * 4
+    pa = _plan(mtia64, small, types)
+    emb = embedding_costs(mtia64, small, pa, 4.0, 4.0)
+    e = np.asarray(small.tables.output_per_sample() * small.tables.dim * 4.0, np.float64)   # bytes per sample
+    tr = np.asarray(emb.tr_bytes, np.float64)
+    np.testing.assert_allclose(tr[16:32], B * e[:4].sum(), rtol=1e-6)
+    np.testing.assert_allclose(tr[48:64], B * e[4:].sum(), rtol=1e-6)
+    assert tr[:16].sum() == 0.0 and tr[32:48].sum() == 0.0
+    send, recv = np.asarray(emb.out_send, np.float64), np.asarray(emb.out_recv, np.float64)
+    assert send[:, 0].sum() == 0.0 and recv[:, 0].sum() == 0.0      # nothing of it crosses only the domain
+    # a holder sends its B / L share of samples to the 48 devices of the other domains
+    assert send[20, 1] == pytest.approx(e[:4].sum() * B / L * 48 / 64, rel=1e-6)
+
+    plan = pm.Plan({n: pm.TablePlan(st, r) for n, (st, r) in zip(small.tables.names, types)}, overlap_chunks=1)
+    bd = evaluate(mtia64, small, plan)
+    net = coll.make_net(mtia64, pa.offload)
+    rs, a2a = (jnp.eye(len(pm.ALGORITHMS))[pm.ALGORITHMS.index(plan.algorithms[k])] for k in ("reduce_scatter", "all_to_all"))
+    t_rs = float(coll.reduce_scatter(net, tr.max(), 0, 0, rs))
+    t_a2a = float(coll.all_to_all(net, emb.out_send, emb.out_recv, a2a, lambda x: jnp.max(x, axis=-1)))
+    assert t_rs > 0.2 * t_a2a                          # both matter here
+    assert float(bd.phase_s["output_dist"][0]) == pytest.approx(t_rs + t_a2a, rel=1e-5)
+    moved = np.sum(np.maximum(send, recv), axis=1) + tr * (L - 1) / L
+    assert float(bd.comm_bytes["output_dist"]) == pytest.approx(moved.max(), rel=1e-6)

@@ -10,7 +10,10 @@ Each table's work is split over devices by its share under each sharding type
   row_wise        every device holds rows / D, looks up ~B pool / D     (share 1 / D); partial sums for
                   all B samples are reduce-scattered
   table_row_wise  the L devices of one scale-up domain hold rows / L  (share = domain placement / L);
-                  reduce-scatter inside the domain, then an all-to-all out of it
+                  pooled: a reduce-scatter inside the domain, then (its result is the input) an
+                  all-to-all out of it; two collectives one after the other, as TorchRec runs them
+                  (TwRwPooledEmbeddingDist: the cross-host all-to-all of the intra-host
+                  reduce-scatter's output), so their times add
 
 Per-device sums are linear in the placement, so they are matrix products P^T W over tables:
 cheap, exactly one-hot-consistent, and differentiable in a relaxed placement.
@@ -38,6 +41,7 @@ class EmbeddingCosts:
     in_send: jnp.ndarray          # [D, K] bytes of indices
     in_recv: jnp.ndarray          # [D, K]
     rw_bytes: jnp.ndarray         # buffer per chip of the row-wise reduce-scatter (all devices)
+    tr_bytes: jnp.ndarray         # [D] buffer of the table-row-wise reduce-scatter inside the domain
     dp_grad_bytes: jnp.ndarray    # gradient bytes of data-parallel tables, all-reduced
     hbm_bytes: jnp.ndarray        # [D] weights + optimizer state in HBM
     host_bytes: jnp.ndarray       # [D] weights + optimizer state in host DRAM
@@ -178,10 +182,9 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         recv_cols.append((cur - prev) * b)
         prev = cur
     out_recv = jnp.stack(recv_cols, axis=1)
-    # table-row-wise, pooled: reduce-scatter inside the domain, then the domain's B / L share out
-    intra = VQ[:, 4] * B * (L - 1) / L
-    out_send = out_send.at[:, 0].add(intra)
-    out_recv = out_recv.at[:, 0].add(intra)
+    # table-row-wise, pooled: a reduce-scatter inside the domain of the partial sums of all B samples
+    # (tr_bytes per device, its own collective), then each device's B / L share out of the domain
+    tr_bytes = VQ[:, 4] * B
     remote_frac = first_reached[1:] / max(D - L, 1)
     if K > 1:
         s_out = VQ[:, 4] * (B / L) * (D - L) / D
@@ -209,5 +212,5 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
 
     dp_grad = jnp.sum(s_dp * tb.rows * tb.dim) * grad_bytes
     pooled = jnp.sum(out_rows * tb.dim)
-    return EmbeddingCosts(fwd, bwd, out_send, out_recv, in_send, in_recv, rw_bytes, dp_grad,
+    return EmbeddingCosts(fwd, bwd, out_send, out_recv, in_send, in_recv, rw_bytes, tr_bytes, dp_grad,
                           hbm_bytes, host_bytes, pooled)

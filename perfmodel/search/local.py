@@ -49,9 +49,10 @@ def score_of(bd) -> jax.Array:
 
 def _loads(bd, emb) -> jax.Array:
     """[R, D] per device, every resource whose max over devices can bind the step: compute busy,
-    and the bytes sent and received by the index and output all-to-alls at each network level
-    (from the evaluation's own embedding costs)."""
-    return jnp.concatenate([bd.compute_s[None], emb.out_send.T, emb.out_recv.T, emb.in_send.T, emb.in_recv.T])
+    the bytes sent and received by the index and output all-to-alls at each network level, and the
+    table-row-wise reduce-scatter's buffer (from the evaluation's own embedding costs)."""
+    return jnp.concatenate([bd.compute_s[None], emb.out_send.T, emb.out_recv.T, emb.in_send.T, emb.in_recv.T,
+                            emb.tr_bytes[None]])
 
 
 def _scores(system, model, pa):
