@@ -97,9 +97,6 @@ def main() -> int:
     budget = args.budget_s or (20.0 if args.quick else 60.0)
     try:
         suite = parse_instances(args.instances) or (SUITE[:2] if args.quick else SUITE)
-    except ConfigError as e:
-        ap.error(str(e))
-    try:
         warm_budgets = parse_budgets(args.warm_budgets)
     except ConfigError as e:
         ap.error(str(e))

@@ -211,7 +211,9 @@ def test_compile_clock_counts_a_program_loaded_from_the_persistent_cache(tmp_pat
     from perfmodel.search.api import _CompileClock
 
     events = []
-    jax.monitoring.register_event_duration_secs_listener(lambda e, s, **_: events.append((e, s)))
+    def listen(event, seconds, **_):
+        events.append((event, seconds))
+    jax.monitoring.register_event_duration_secs_listener(listen)
     before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
     f = lambda x: jnp.tanh(x) * 5.0 - jnp.exp(-x) ** 3
     x = jnp.arange(11.0)
@@ -225,6 +227,7 @@ def test_compile_clock_counts_a_program_loaded_from_the_persistent_cache(tmp_pat
         with _CompileClock() as loaded:
             jax.jit(f)(x).block_until_ready()             # traced, lowered, loaded
     finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
         compilation_cache.reset_cache()

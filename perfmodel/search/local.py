@@ -177,7 +177,11 @@ class LocalSearch:
 
     def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a plan."""
-        return tuple(np.asarray(x) for x in _details(self.system, self.model, plan_arrays(plan, self.system, self.model))[:6])
+        return self._details_of(plan_arrays(plan, self.system, self.model))
+
+    def _details_of(self, pa) -> tuple[np.ndarray, ...]:
+        """details() of a plan's arrays."""
+        return tuple(np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
 
     def breakdown(self, plan: Plan):
         """The plan's Breakdown, as evaluate() gives it (from the compiled function the search uses)."""
@@ -450,7 +454,7 @@ class LocalSearch:
         widen = exhaustive is None and self.exhaustive
         exhaustive = bool(exhaustive)
         pa = plan_arrays(plan, self.system, self.model)
-        cur, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
+        cur, _, memory, cap, loads, hard = self._details_of(pa)
         cur = float(cur)
         kept, kept_score = plan, float(hard)
         gained = 0                           # the last round that lowered the score
@@ -547,7 +551,7 @@ class LocalSearch:
                 break
             plan = best_plan
             pa = plan_arrays(plan, self.system, self.model)
-            cur_arr, _, memory, cap, loads, hard = (np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
+            cur_arr, _, memory, cap, loads, hard = self._details_of(pa)
             cur = float(cur_arr)
             if float(hard) < kept_score:
                 if float(hard) < kept_score * (1 - 1e-9):
