@@ -137,6 +137,33 @@ def test_large_instance_search_starts_from_a_compound_move_that_leads():
     assert found.feasible and found.step_s <= best_group * 1.02
 
 
+def test_race_halves_the_field_and_gives_the_winner_the_rest(monkeypatch):
+    """Successive halving with a stub descent on a fake clock: four plans, two stages then the winner
+    alone. Each descent uses its whole slice (it never stops on its own) except plan "c"'s, which
+    stops at once and is not run again. After stage 1 (scores a 5, b 3, c 4, d 6) a and d drop out;
+    in stage 2 b stays at 3 and c is not rerun, so b is the last one and descends until the deadline."""
+    from perfmodel.search import api
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(api.time, "time", lambda: clock["now"])
+    after = {"a": [5.0], "b": [3.0, 3.0, 1.0], "c": [4.0], "d": [6.0]}
+    calls: list = []
+
+    class Stub:
+        def run(self, plan, deadline):
+            calls.append((plan, round(deadline - clock["now"], 6)))
+            if plan != "c":
+                clock["now"] = deadline
+            return plan, after[plan].pop(0)
+
+    plan, score = api._race(Stub(), ["a", "b", "c", "d"], deadline=12.0)
+    assert (plan, score) == ("b", 1.0)
+    # stage 1: 12 / 3 s shared by four descents (c's unused time goes to d); stage 2: b alone of
+    # the two still running, (12 - 4) / 2 s; then b until the deadline
+    assert [c[0] for c in calls] == ["a", "b", "c", "d", "b", "b"]
+    assert [c[1] for c in calls] == [1.0, 1.0, 1.0, 2.0, 4.0, 4.0]
+
+
 def test_co_design_of_the_nic_split(mlperf, small_setup):
     big = pm.load_system("mtia300-64")
     r = pm.search(big, mlperf, "gradient", seed=0, budget_s=24, co_design="nic_split")
