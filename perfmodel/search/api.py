@@ -252,8 +252,10 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         start, name = _compound_start(ls, start, start_tie, name)
     best_plan, best = ls.run(start, deadline=half)
     start_done = time.time() < half          # the descent stopped on its own: no move helps
+    cut = not start_done                     # a descent ended by a deadline: the result depends on timing
     if ls.exhaustive:        # and, in what is left of the half, from the start with compound moves first: another basin
         p, s = ls.run(start, deadline=half, groups_first=True)
+        cut |= time.time() >= half
         if s < best:
             best_plan, best, name = p, s, name + ", compound moves first"
     if greedy_score <= best:
@@ -284,16 +286,16 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
                 until = time.time() + 0.5 * (deadline - time.time())
             else:
                 finalists, until = [incumbent] + finalists, deadline
-            out, out_s = _race(ls, finalists, deadline=until)
-            return taken, scores, out, out_s
+            out, out_s, race_cut = _race(ls, finalists, deadline=until)
+            return taken, scores, out, out_s, race_cut
 
         t_batch = time.time()
         with _CompileClock() as compiling:
-            taken, scores, p, s = relaxed_batch(seed, greedy, None if start_done else best_plan)
+            taken, scores, p, s, race_cut = relaxed_batch(seed, greedy, None if start_done else best_plan)
         t_batch += compiling.seconds                 # a batch's time, its compile not counted
         notes["gradient_steps"] = taken
         notes["rounded_scores_s"] = [float(x) for x in scores]
-        converged = taken == steps
+        converged = taken == steps and not race_cut
         if s < best:
             best_plan, best = p, s
         # more batches, from other seeds (restart 0 warm from the best plan), while one takes at most
@@ -302,7 +304,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         batches = 1
         while batches < RELAXED_BATCHES and time.time() - t_batch <= 0.5 * (deadline - time.time()):
             t_batch = time.time()
-            taken, _, p, s = relaxed_batch([seed, batches], best_plan)
+            taken, _, p, s, race_cut = relaxed_batch([seed, batches], best_plan)
+            converged &= taken == steps and not race_cut
             batches += 1
             if s < best:
                 best_plan, best = p, s
@@ -322,15 +325,16 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         if s < best * (1 - 1e-9):
             best_plan, best = p, s
     notes["kicks"] = kicks
-    converged &= kicks == planned and time.time() < deadline
+    converged &= kicks == planned and time.time() < deadline and not cut
     return best_plan, notes, converged
 
 
-def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float]:
+def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool]:
     """Refine `plans` by successive halving: each stage gives every plan still in the race an equal
     share of the stage's time (a descent that stops on its own hands the rest to the next one), then
     the better half goes on; the last one descends until the deadline. ceil(log2 n) stages and the
-    final descent split the time equally. Returns the best plan and its score.
+    final descent split the time equally. Returns the best plan, its score, and whether a descent
+    was cut short by its share (its result then depends on the machine's speed).
     Which start leads to the lowest plan differs by instance and shows only after a long descent:
     on synthetic-300 / h100-64 the relaxed phase's best rounding (14.96 ms) descends below the
     repacked greedy start's descent (still going at 14.82 ms after 27 s); on prod-856 the start's
@@ -338,6 +342,7 @@ def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, fl
     half of the batch's time per finalist, in turn) ended 60-s searches of synthetic-300 at 12.78 /
     12.79 / 13.35 ms (seeds 0 / 1 / 2); racing with the start's descent, 12.04 / 12.43 / 12.55."""
     field = [[p, float("inf"), False] for p in plans]        # plan, score, stopped on its own
+    cut = False
     while time.time() < deadline:
         running = [r for r in field if not r[2]]
         if not running:
@@ -348,10 +353,11 @@ def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, fl
             until = min(time.time() + (end - time.time()) / (len(running) - i), deadline)
             r[0], r[1] = ls.run(r[0], deadline=until)
             r[2] = time.time() < until
+            cut |= not r[2]
         field.sort(key=lambda r: r[1])
         field = field[: (len(field) + 1) // 2]
     plan, score, _ = min(field, key=lambda r: r[1])
-    return plan, score
+    return plan, score, cut or any(r[1] == float("inf") for r in field)
 
 
 def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -> tuple[Plan, str]:
