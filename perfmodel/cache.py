@@ -34,6 +34,39 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
     return folder or None
 
 
+def _kept_path(name: str) -> str | None:
+    import hashlib
+
+    import jax
+
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder:
+        return None
+    digest = hashlib.sha256(f"{jax.__version__}|{name}".encode()).hexdigest()[:32]
+    return os.path.join(folder, f"perfmodel-kept-{digest}")
+
+
+def mark_kept(name: str) -> None:
+    """Note in the persistent cache's folder (when the cache is on) that the program `name` (a
+    description of its function and problem shape) was compiled there, so that a later process
+    knows it will load it: is_kept(name). jax's own cache can only be asked with the lowered
+    program, which costs most of what the answer is for (the relaxed step: 1.1 s of tracing)."""
+    path = _kept_path(name)
+    if path is not None:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w"):
+                pass
+        except OSError:        # a read-only cache folder: the next process estimates a compile
+            pass
+
+
+def is_kept(name: str) -> bool:
+    """Whether mark_kept(name) was called with this cache folder and this jax version."""
+    path = _kept_path(name)
+    return path is not None and os.path.exists(path)
+
+
 # XLA options for the programs that evaluate the model. On the CPU, XLA's newer "fusion emitters"
 # code generation compiles perfmodel's programs 1.3-2x slower, and they run as fast without it
 # (benchmarks/bench_compile.py measures both, in the same run, on the search's programs).

@@ -17,3 +17,23 @@ def test_compile_cache_folder_and_off_switch(tmp_path, monkeypatch):
         assert pm.enable_compile_cache() == str(tmp_path / "env")
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path):
+    """mark_kept notes a program in the cache folder: is_kept finds it there, not under another
+    name, not in another folder, and nowhere with the cache off (nothing is written then)."""
+    from perfmodel.cache import is_kept, mark_kept
+
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "a"))
+        assert not is_kept("relaxed step X")
+        mark_kept("relaxed step X")
+        assert is_kept("relaxed step X") and not is_kept("relaxed step Y")
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "b"))
+        assert not is_kept("relaxed step X")
+        jax.config.update("jax_compilation_cache_dir", None)
+        mark_kept("relaxed step X")
+        assert not is_kept("relaxed step X") and not (tmp_path / "b").exists()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)

@@ -83,6 +83,25 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     assert api.RELAXED_SHARE * 5 < 150 * 1.0
 
 
+def test_a_scorer_loaded_from_disk_prices_the_relaxed_step_as_a_compile_unless_it_is_kept(small_setup, monkeypatch):
+    """With the scorer loaded from the persistent cache (0.12 s) and the relaxed step not in this
+    process, the step's cost is RELAXED_COMPILE x 0.12 s when an earlier process kept the step on
+    disk (0.78 s: within half of a 4-s search's time left), and SCORER_COMPILE_OVER_LOAD times that
+    when none did (1.95 s: more than half of the at most 3.2 s left)."""
+    from perfmodel.search import api
+    from perfmodel.search import gradient as gs
+    system, model = small_setup
+    monkeypatch.setitem(api._SCORER_COMPILE_S, gs._cache_key(0, system, model), (0.12, True))
+    monkeypatch.setattr(gs, "is_compiled", lambda *a: False)
+    assert gs.step_kind(8, system, model) == "quick"
+    monkeypatch.setattr(api, "is_kept", lambda name: False)
+    compiles = pm.search(system, model, "gradient", seed=0, budget_s=4)
+    assert "gradient_skipped" in compiles.notes
+    monkeypatch.setattr(api, "is_kept", lambda name: name.startswith("relaxed step"))
+    kept = pm.search(system, model, "gradient", seed=0, budget_s=4)
+    assert "gradient_skipped" not in kept.notes and kept.notes["gradient_steps"] > 0
+
+
 def test_more_relaxed_batches_never_lose(small_setup, monkeypatch):
     """Each batch of restarts after the first starts from other seeds, warm from the best plan so far;
     the search keeps its best: a converged search with all batches is no slower than with one."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from ..cache import is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
@@ -36,6 +37,13 @@ METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
 # = 6.2 compiled, 2.07 / 0.32 s = 6.5 loaded; prod-856 on mtia300-256 (optimized): 8.9 / 0.86 s = 10.4
 # compiled, 2.1 / 0.28 s = 7.6 loaded. Tracing the step's gradient alone takes 1.1 s either way
 RELAXED_COMPILE = {"quick": 6.5, "optimized": 10.5}
+# When the scorer was loaded from the persistent cache but the relaxed step was never compiled with
+# it (an earlier process skipped the relaxed phase), the step compiles while the scorer's figure is a
+# load: the scorer's compile over its load, as _CompileClock counts them, was 0.70 / 0.32 s = 2.2 on
+# MLPerf / h100-16 and 0.86 / 0.28 s = 3.1 on prod-856 / mtia300-256. Counting the load alone, a 10-s
+# search that loaded its scorer compiled the step until its deadline and took one step (2.97 ms
+# instead of 2.77 with the step on disk too)
+SCORER_COMPILE_OVER_LOAD = 2.5
 # the share of the time left that compiling the relaxed step may take: the rest refines its roundings
 # and kicks. With the compile allowed all of it (less a 2-s margin), a cold 30-s search of MLPerf on
 # h100-16 compiled until ~1 s before its deadline and, in one of five runs, returned its refined
@@ -109,7 +117,9 @@ class _CompileClock:
 
     EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
               "/jax/core/compile/backend_compile_duration")
+    HIT = "/jax/compilation_cache/cache_hits"
     _total = 0.0
+    _hits = 0
     _listening = False
 
     @classmethod
@@ -117,19 +127,28 @@ class _CompileClock:
         if event in cls.EVENTS:
             cls._total += seconds
 
+    @classmethod
+    def _count(cls, event: str, **_):
+        if event == cls.HIT:
+            cls._hits += 1
+
     def __enter__(self):
         if not _CompileClock._listening:
             jax.monitoring.register_event_duration_secs_listener(_CompileClock._listen)
+            jax.monitoring.register_event_listener(_CompileClock._count)
             _CompileClock._listening = True
-        self.start = _CompileClock._total
+        self.start, self.start_hits = _CompileClock._total, _CompileClock._hits
         return self
 
     def __exit__(self, *exc):
         self.seconds = _CompileClock._total - self.start
+        self.loaded = _CompileClock._hits - self.start_hits      # programs loaded from the persistent cache
         return False
 
 
-_SCORER_COMPILE_S: dict = {}      # problem shape -> seconds making the hard scorer (_CompileClock), first measured
+# problem shape -> (seconds making the hard scorer as _CompileClock counts them, whether it was loaded
+# from the persistent cache), first measured
+_SCORER_COMPILE_S: dict = {}
 
 
 def _check(method: str, budget_s, restarts: int, precisions) -> None:
@@ -242,8 +261,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
     key = gs._cache_key(0, system, model)
     # compiled earlier in this process: the figure measured then (none known: assume the relaxed step cannot fit)
-    eval_compile = (_SCORER_COMPILE_S.setdefault(key, clock.seconds) if clock.seconds > 0
-                    else _SCORER_COMPILE_S.get(key, float("inf")))
+    eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
+                                 if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (float("inf"), False)))
+    step_name = f"relaxed step {gs._cache_key(restarts, system, model)!r} {gs.step_kind(restarts, system, model)}"
     packed = rebalance(system, model, greedy, memory)
     packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
     start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
@@ -270,6 +290,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         cost = steps * per_step if per_step is not None else 0.0
     else:
         cost = RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile
+        if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
+            cost *= SCORER_COMPILE_OVER_LOAD
     if unbounded or cost <= RELAXED_SHARE * (deadline - time.time()):
         step = gs.step_for(restarts, system, model)
 
@@ -293,6 +315,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         with _CompileClock() as compiling:
             taken, scores, p, s, race_cut = relaxed_batch(seed, greedy, None if start_done else best_plan)
         t_batch += compiling.seconds                 # a batch's time, its compile not counted
+        if taken > 0:
+            mark_kept(step_name)                     # compiled or loaded: on disk now, if the cache is on
         notes["gradient_steps"] = taken
         notes["rounded_scores_s"] = [float(x) for x in scores]
         converged = taken == steps and not race_cut
