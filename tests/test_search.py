@@ -175,8 +175,8 @@ def test_race_halves_the_field_and_gives_the_winner_the_rest(monkeypatch):
                 clock["now"] = deadline
             return plan, after[plan].pop(0)
 
-    plan, score, cut = api._race(Stub(), ["a", "b", "c", "d"], deadline=12.0)
-    assert (plan, score, cut) == ("b", 1.0, True)        # cut: a, b and d ran out of their shares
+    plan, score, cut, origin = api._race(Stub(), ["a", "b", "c", "d"], deadline=12.0)
+    assert (plan, score, cut, origin) == ("b", 1.0, True, 1)        # cut: a, b and d ran out of their shares
     # stage 1: 12 / 3 s shared by four descents (c's unused time goes to d); stage 2: b alone of
     # the two still running, (12 - 4) / 2 s; then b until the deadline
     assert [c[0] for c in calls] == ["a", "b", "c", "d", "b", "b"]
@@ -184,7 +184,7 @@ def test_race_halves_the_field_and_gives_the_winner_the_rest(monkeypatch):
     # descents that all stop on their own: one stage, nothing cut, the time left unused
     calls.clear()
     clock["now"], after["c"] = 0.0, [2.0]
-    assert api._race(Stub(), ["c"], deadline=12.0) == ("c", 2.0, False)
+    assert api._race(Stub(), ["c"], deadline=12.0) == ("c", 2.0, False, 0)
     assert calls == [("c", 12.0)] and clock["now"] == 0.0
 
 

@@ -247,7 +247,9 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
-    the budget. Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
+    the budget; on a small one, race (_race) its descent with its best compound move's, when that is
+    lower (MLPerf, warm, 0.3-s budget: h100-64 2.084 -> 1.969 ms, h100-16 3.197 -> 2.999; run one
+    after the other, the compound move's descent had no time left in budgets under a second). Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
     (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it),
     or, when it is compiled already, its steps do (as last timed in this process), run the gradient
     restarts, round them (argmax and repacked: roundings) and race the best roundings' descents
@@ -270,14 +272,14 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     half = t0 + 0.5 * (deadline - t0)
     if not ls.exhaustive:
         start, name = _compound_start(ls, start, start_tie, name)
-    best_plan, best = ls.run(start, deadline=half)
-    start_done = time.time() < half          # the descent stopped on its own: no move helps
-    cut = not start_done                     # a descent ended by a deadline: the result depends on timing
-    if ls.exhaustive:        # and, in what is left of the half, from the start with compound moves first: another basin
-        p, s = ls.run(start, deadline=half, groups_first=True)
-        cut |= time.time() >= half
-        if s < best:
-            best_plan, best, name = p, s, name + ", compound moves first"
+        best_plan, best = ls.run(start, deadline=half)
+        start_done = time.time() < half      # the descent stopped on its own: no move helps
+        cut = not start_done                 # a descent ended by a deadline: the result depends on timing
+    else:   # two basins, the start's and its best compound move's (when lower), raced within the half
+        compound, _ = _compound_start(ls, start, start_tie, name, lead=0.0)
+        best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not start else []), deadline=half)
+        name += ", compound move" if won == 1 else ""
+        start_done = True
     if greedy_score <= best:
         best_plan, best = greedy, float(greedy_score)
     notes = {"start": name, "refined_start_s": best, "gradient_steps": 0}
@@ -308,7 +310,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
                 until = time.time() + 0.5 * (deadline - time.time())
             else:
                 finalists, until = [incumbent] + finalists, deadline
-            out, out_s, race_cut = _race(ls, finalists, deadline=until)
+            out, out_s, race_cut, _ = _race(ls, finalists, deadline=until)
             return taken, scores, out, out_s, race_cut
 
         t_batch = time.time()
@@ -353,19 +355,20 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     return best_plan, notes, converged
 
 
-def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool]:
+def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool, int]:
     """Refine `plans` by successive halving: each stage gives every plan still in the race an equal
     share of the stage's time (a descent that stops on its own hands the rest to the next one), then
     the better half goes on; the last one descends until the deadline. ceil(log2 n) stages and the
-    final descent split the time equally. Returns the best plan, its score, and whether a descent
-    was cut short by its share (its result then depends on the machine's speed).
+    final descent split the time equally. Returns the best plan, its score, whether a descent was
+    cut short by its share (its result then depends on the machine's speed), and which of `plans`
+    it descended from.
     Which start leads to the lowest plan differs by instance and shows only after a long descent:
     on synthetic-300 / h100-64 the relaxed phase's best rounding (14.96 ms) descends below the
     repacked greedy start's descent (still going at 14.82 ms after 27 s); on prod-856 the start's
     descent stops by the half at a plan no rounding's descent beats. Fixed shares (an eighth to a
     half of the batch's time per finalist, in turn) ended 60-s searches of synthetic-300 at 12.78 /
     12.79 / 13.35 ms (seeds 0 / 1 / 2); racing with the start's descent, 12.04 / 12.43 / 12.55."""
-    field = [[p, float("inf"), False] for p in plans]        # plan, score, stopped on its own
+    field = [[p, float("inf"), False, i] for i, p in enumerate(plans)]    # plan, score, stopped on its own, origin
     cut = False
     while time.time() < deadline:
         running = [r for r in field if not r[2]]
@@ -380,14 +383,16 @@ def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, fl
             cut |= not r[2]
         field.sort(key=lambda r: r[1])
         field = field[: (len(field) + 1) // 2]
-    plan, score, _ = min(field, key=lambda r: r[1])
-    return plan, score, cut or any(r[1] == float("inf") for r in field)
+    plan, score, _, origin = min(field, key=lambda r: r[1])
+    return plan, score, cut or any(r[1] == float("inf") for r in field), origin
 
 
-def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -> tuple[Plan, str]:
+def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str,
+                    lead: float = COMPOUND_LEAD) -> tuple[Plan, str]:
     """On a large instance, where the descent has no time to try both basins: start from the best
-    compound move of `start` (tie-broken score `start_tie`; a whole change of sharding type, e.g. every table table-row-wise
-    but the smallest data-parallel) when it beats `start` by COMPOUND_LEAD; no single-table move
+    compound move of `start` (tie-broken score `start_tie`; a whole change of sharding type, e.g.
+    every table table-row-wise but the smallest data-parallel) when it beats `start` by `lead`
+    (COMPOUND_LEAD; 0 on a small instance, where the two basins are raced); no single-table move
     leads there. prod-856 / h100-256: greedy 22.2 -> 18.1 ms by that one move, 17.4 ms after the
     60-s search (18.7 without); synthetic-300 / h100-64: 16.3 -> 11.8, 10.7 after (13.9 without).
     A move that barely helps is left to the descent, which tries compound moves when single moves
@@ -398,7 +403,7 @@ def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -
         return start, name
     scores = ls.scores_of(groups)
     j = int(np.argmin(scores))
-    if scores[j] < (1.0 - COMPOUND_LEAD) * start_tie:
+    if scores[j] < (1.0 - lead) * start_tie:
         return groups[j], name + ", compound move"
     return start, name
 

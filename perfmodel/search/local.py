@@ -440,13 +440,12 @@ class LocalSearch:
         return dataclasses.replace(plan, tables=tables)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, plan: Plan, deadline: float, max_rounds: int = 200, exhaustive: bool | None = None,
-            groups_first: bool = False) -> tuple[Plan, float]:
+    def run(self, plan: Plan, deadline: float, max_rounds: int = 200,
+            exhaustive: bool | None = None) -> tuple[Plan, float]:
         """Improve `plan` until no move helps, max_rounds, or the wall-clock deadline. Compound
-        moves (_group_candidates) are tried when no single move helps, and in the first round
-        with groups_first (a different basin: both are worth a try on small instances). Moves
-        are taken on the tie-broken score; returned: the visited plan of least score (the step time
-        when feasible) and that score, so the result is never worse than `plan`.
+        moves (_group_candidates) are tried when no single move helps. Moves are taken on the
+        tie-broken score; returned: the visited plan of least score (the step time when feasible)
+        and that score, so the result is never worse than `plan`.
         exhaustive: every table on every device (True), or moves off the hot devices only (False);
         default: the hot devices first, every move once they stall on an instance small enough
         (self.exhaustive). Focused rounds are several times cheaper and take most of the descent:
@@ -520,9 +519,8 @@ class LocalSearch:
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), settings[j]
             # compound moves, many tables to one sharding type at once: when no single move helps
-            # (every round would cost the plans' construction), and from the start with groups_first
-            first = rnd == 0 and groups_first
-            groups = self._group_candidates(plan) if (first or best_plan is None) and time.time() < deadline else []
+            # (every round would cost the plans' construction)
+            groups = self._group_candidates(plan) if best_plan is None and time.time() < deadline else []
             if groups:
                 sc = self.scores_of(groups)
                 j = int(np.argmin(sc))
