@@ -249,8 +249,10 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget; on a small one, race (_race) its descent with its best compound move's, when that is
     lower (MLPerf, warm, 0.3-s budget: h100-64 2.084 -> 1.969 ms, h100-16 3.197 -> 2.999; run one
-    after the other, the compound move's descent had no time left in budgets under a second). Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
-    (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it),
+    after the other, the compound move's descent had no time left in budgets under a second).
+    Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
+    (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it,
+    x SCORER_COMPILE_OVER_LOAD when the scorer was loaded from disk and the step was not kept there),
     or, when it is compiled already, its steps do (as last timed in this process), run the gradient
     restarts, round them (argmax and repacked: roundings) and race the best roundings' descents
     (_race) with half the time left; when the start's descent had not stopped by the half (a large
