@@ -267,7 +267,6 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # compiled earlier in this process: the figure measured then (none known: assume the relaxed step cannot fit)
     eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
                                  if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (float("inf"), False)))
-    step_name = f"relaxed step {gs._cache_key(restarts, system, model)!r} {gs.step_kind(restarts, system, model)}"
     packed = rebalance(system, model, greedy, memory)
     packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
     start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
@@ -289,11 +288,14 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     unbounded = deadline - t0 > 1e8                     # budget_s=None
     # the relaxed phase's cost before its first rounding: the compile (when the step is not compiled in
     # this process) or the steps (when it is; a warm search with a small budget has no time for them)
+    step_name = None              # the step's name in the persistent cache's marks, when it is to be made here
     if gs.is_compiled(restarts, system, model):
         per_step = gs.step_seconds(restarts, system, model)
         cost = steps * per_step if per_step is not None else 0.0
     else:
-        cost = RELAXED_COMPILE[gs.step_kind(restarts, system, model)] * eval_compile
+        kind = gs.step_kind(restarts, system, model)
+        step_name = f"relaxed step {gs._cache_key(restarts, system, model)!r} {kind}"
+        cost = RELAXED_COMPILE[kind] * eval_compile
         if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
             cost *= SCORER_COMPILE_OVER_LOAD
     if unbounded or cost <= RELAXED_SHARE * (deadline - time.time()):
@@ -319,7 +321,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         with _CompileClock() as compiling:
             taken, scores, p, s, race_cut = relaxed_batch(seed, greedy, None if start_done else best_plan)
         t_batch += compiling.seconds                 # a batch's time, its compile not counted
-        if taken > 0:
+        if taken > 0 and step_name is not None:
             mark_kept(step_name)                     # compiled or loaded: on disk now, if the cache is on
         notes["gradient_steps"] = taken
         notes["rounded_scores_s"] = [float(x) for x in scores]
