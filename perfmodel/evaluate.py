@@ -34,7 +34,7 @@ from .cost import collectives as coll
 from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
 from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
-from .cost.smooth import reduce_max, smax, smin
+from .cost.smooth import hard_max, reduce_max, smax, smin
 from .hardware import System, _pytree, static
 from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, to_arrays, validate_plan
 from .workload import RankingModel
@@ -189,8 +189,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         return o * fc / (1.0 - fc) + mn(nbytes * mult / hbm_bw, comp) * (comm > 0)
 
     tr_moved = emb.tr_bytes * (L - 1) / L                  # [D] sent (and received) by the domain reduce-scatter
-    out_bytes = jnp.max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1) + tr_moved) + emb.rw_bytes * (D - 1) / D
-    in_bytes = jnp.max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1))
+    out_bytes = hard_max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1) + tr_moved, 0) + emb.rw_bytes * (D - 1) / D
+    in_bytes = hard_max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1), 0)
     sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
     frac_c = 1.0 - 1.0 / chunks
     x_bf = interfere(t_bf, (1.0 - p) * c_in, (1.0 - p) * in_bytes)

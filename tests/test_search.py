@@ -53,6 +53,30 @@ def small_setup():
     return small_instance(0)        # shares compiled functions with the exact-optimum tests
 
 
+def test_the_quick_compiled_relaxed_gradient_is_the_optimized_one(small_setup):
+    """The relaxed step compiles with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS). That
+    compile got jnp.max's derivative wrong inside the vmapped gradient (its tie count came out 0:
+    NaN entries, which the step's nan_to_num turned into zeros, so those restarts did not move);
+    smooth.hard_max differentiates without it. Both compiles must give the same, finite gradient."""
+    import jax
+
+    from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS
+    from perfmodel.search import gradient as gs
+    from perfmodel.search.relax import make_masks
+    system, model = small_setup
+    masks = make_masks(system, model)
+    params, _ = gs.prepare(system, model, seed=0, restarts=2, warm=None)
+    f = jax.vmap(jax.value_and_grad(gs.relaxed_loss), in_axes=(0, None, None, None, None))
+    lowered = jax.jit(f).lower(params, system, model, masks, 1.0)
+    (vq, gq), (vo, go) = (lowered.compile(compiler_options=o)(params, system, model, masks, 1.0)
+                          for o in (QUICK_COMPILE_OPTIONS, CPU_COMPILE_OPTIONS))
+    np.testing.assert_allclose(np.asarray(vq), np.asarray(vo), rtol=1e-5)
+    for (path, q), o in zip(jax.tree_util.tree_leaves_with_path(gq), jax.tree_util.tree_leaves(go)):
+        q, o = np.asarray(q), np.asarray(o)
+        assert np.isfinite(q).all() and np.isfinite(o).all(), jax.tree_util.keystr(path)
+        np.testing.assert_allclose(q, o, rtol=1e-3, atol=1e-6 * np.abs(o).max(), err_msg=jax.tree_util.keystr(path))
+
+
 def test_same_seed_same_plan_and_figures(small_setup):
     system, model = small_setup
     a = pm.search(system, model, "gradient", seed=3, budget_s=120)

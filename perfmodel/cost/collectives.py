@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import traced
+from .smooth import hard_max, hard_min
 from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
 
 RING, DIRECT, TREE, HIER = range(4)
@@ -372,7 +373,7 @@ def _coefficients(net: Net, op: str, lo: int, hi: int):
     if key not in memo:
         tab = _table(_shape(net), op, lo, hi)
         inv_bw, *_, eff = _terms(net)
-        slowest = lambda C: jnp.max(jnp.einsum("acjk,k->acj", C, inv_bw), axis=-1)
+        slowest = lambda C: hard_max(jnp.einsum("acjk,k->acj", C, inv_bw), -1)
         core_lat = _per_protocol(net, _latency(net, tab["core_lat"]), tab["steps"], tab["live"])
         memo[key] = (slowest(tab["eng_bytes"]), _latency(net, tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
                      core_lat, tab["reduced"])
@@ -389,7 +390,7 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     eng_b, eng_l, core_b, core_l, reduced = _coefficients(net, op, lo, hi)
     s = S[..., None, None]                                  # against [A, C]
     eng = jnp.maximum(eng_l + s * eng_b, s * reduced / jnp.maximum(net.engine_Bps, 1.0))
-    core = jnp.min(core_l + s[..., None] * core_b, axis=-1)
+    core = hard_min(core_l + s[..., None] * core_b, -1)
     core = jnp.maximum(core, s * reduced * 3.0 / net.hbm_Bps)         # read two operands, write one
     eng, core = jnp.sum(eng, axis=-1), jnp.sum(core, axis=-1)
     if op == "all_reduce" and has_nvls(net, lo, hi):
@@ -409,7 +410,7 @@ def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     protocol_times."""
     c = _ring_c(_shape(net), lo, hi, passes, 1.0, False)
     inv_bw = _terms(net)[0]
-    return Parts(_f32(S) * jnp.max(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), _latency(net, c.core_lat),
+    return Parts(_f32(S) * hard_max(jnp.ravel(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), 0), _latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 
@@ -505,7 +506,7 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
 
     def transfer(vol):          # the slowest device's busiest link
-        return temperature_max(jnp.max((vol * inv_bw) @ on_link, axis=-1))
+        return temperature_max(hard_max((vol * inv_bw) @ on_link, -1))
 
     vol = jnp.maximum(send, recv)                     # [D, K]
     forms = [transfer(vol)]
@@ -515,6 +516,6 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     t = jnp.stack(forms)
     lat = _latency(net, np.stack([c.core_lat for c in fixed]))                         # [forms]
     core_lat = _per_protocol(net, lat, np.stack([c.steps for c in fixed]), np.ones(len(fixed)))
-    timed = _blend(net, (t + lat, jnp.min(core_lat + t[:, None] / eff, axis=-1)))
+    timed = _blend(net, (t + lat, hard_min(core_lat + t[:, None] / eff, -1)))
     direct, hier = timed[0], timed[-1]
     return probs[DIRECT] * direct + probs[HIER] * hier + (probs[RING] + probs[TREE]) * direct + net.setup_s

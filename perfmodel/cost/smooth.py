@@ -5,6 +5,8 @@ same temperature means the same sharpness for microseconds and seconds. It is a 
 (static): the hard evaluation compiles to exact max/min.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -24,9 +26,33 @@ def smin(a, b, temperature: float = 0.0):
     return -smax(-jnp.asarray(a), -jnp.asarray(b), temperature)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def hard_max(x, axis: int = -1):
+    """jnp.max(x, axis), differentiated through its first maximum. jnp.max's own derivative shares the
+    tangent among tied maxima: it turns the comparison with the maximum into floats, sums them and
+    divides by the count. XLA's CPU backend with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS)
+    miscompiles that conversion inside perfmodel's larger vmapped gradients: counts of 0 and NaN
+    derivatives (the relaxed step on dlrm-small / mtia300-16: 600 of its gradient's entries, on
+    MLPerf / mtia300-64 the offload logit's; d step / d nic_split everywhere). A gather of the first
+    maximum's tangent has no such conversion."""
+    return jnp.max(x, axis=axis)
+
+
+@hard_max.defjvp
+def _hard_max_jvp(axis, primals, tangents):
+    (x,), (t,) = primals, tangents
+    first = jnp.expand_dims(jnp.argmax(x, axis=axis), axis)
+    return jnp.max(x, axis=axis), jnp.squeeze(jnp.take_along_axis(t, first, axis=axis), axis)
+
+
+def hard_min(x, axis: int = -1):
+    """jnp.min(x, axis), differentiated through its first minimum (hard_max)."""
+    return -hard_max(-x, axis)
+
+
 def reduce_max(x, axis=-1, temperature: float = 0.0):
     if temperature == 0.0:
-        return jnp.max(x, axis=axis)
+        return hard_max(x, axis)
     tau = _scale(x, temperature)
     return tau * logsumexp(x / tau, axis)
 
