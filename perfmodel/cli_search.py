@@ -82,7 +82,8 @@ def _cmd_search(args) -> int:
         unit = cd["unit"]
         print(f"\nco-design {cd['knob']} ({unit}): preset {cd['preset']:.4g} -> chosen {cd['chosen']:.4g}; "
               f"{cd['metric']} {cd['objective_at_preset']:.4g} -> {cd['objective_at_chosen']:.4g} "
-              f"({100 * cd['improvement']:.1f} % better); d {cd['metric']} / d knob at the choice {cd['d_objective_d_knob']:.3g}")
+              f"({100 * cd['improvement']:.1f} % better; the knob alone, the preset's plan kept: "
+              f"{100 * cd['improvement_plan_fixed']:.1f} %); d {cd['metric']} / d knob at the choice {cd['d_objective_d_knob']:.3g}")
     if args.out:
         print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
     return 0

@@ -220,6 +220,9 @@ def test_co_design_of_the_nic_split(mlperf, small_setup):
     assert cd["objective_at_chosen"] <= cd["objective_at_preset"] * (1 + 1e-9)
     assert float(r.system.nic.scale_up_fraction) == pytest.approx(cd["chosen"], rel=1e-6)
     assert r.step_s == pytest.approx(cd["objective_at_chosen"], rel=1e-6)
+    # what the knob alone buys the preset's plan is part of the whole, and the derivative is a number
+    assert 0.0 <= cd["improvement_plan_fixed"] <= cd["improvement"] + 1e-9
+    assert np.isfinite(cd["d_objective_d_knob"])
     with pytest.raises(pm.ConfigError, match="nic_split needs a chip whose NICs carry scale-up"):
         pm.search(pm.load_system("h100-64"), mlperf, co_design="nic_split", budget_s=5)
 

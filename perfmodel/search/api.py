@@ -175,8 +175,8 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
     freeze_settings: keep the start plan's dense parallelism, algorithms, precisions, buckets, chunks,
     pipelining and offload; search the tables only. start: a plan to refine (default: greedy).
     co_design: a hardware knob ('nic_split', 'scale_out_bw') searched with the plan (alternating the
-    plan search and a vectorized scan of the knob); the result's `system` carries the chosen value and
-    notes['co_design'] says what it bought.
+    plan search and a vectorized scan of the knob, all within budget_s); the result's `system` carries
+    the chosen value and notes['co_design'] says what it bought.
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
     _check(method, budget_s, restarts, precisions)
@@ -184,12 +184,14 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
         from .codesign import co_design as run_co_design, knob_spec
         knob_spec(co_design, system)
         t0 = time.time()
-        per = None if budget_s is None else budget_s / 4.0
-        kw = dict(method=method, seed=seed, budget_s=per, restarts=restarts, steps=steps, precisions=precisions,
-                  sharding_types=sharding_types, freeze_settings=freeze_settings, start=None, progress=progress)
-        info = run_co_design(co_design, system, model, lambda sv: search(sv, model, **kw).plan, rounds=3)
-        plan, sys_v = info.pop("plan"), info.pop("system")
-        bd = evaluate(sys_v, model, plan)
+        kw = dict(method=method, seed=seed, restarts=restarts, steps=steps, precisions=precisions,
+                  sharding_types=sharding_types, freeze_settings=freeze_settings)
+        with _Progress(progress, budget_s, f"search {method}, co-design {co_design}"):
+            refines = method in ("gradient", "evolutionary")     # methods that start from a plan
+            info = run_co_design(co_design, system, model, budget_s=budget_s, plan_search=lambda sv, b, plan: search(
+                sv, model, budget_s=b, start=plan if refines and plan is not None else start, **kw).plan)
+            plan, sys_v = info.pop("plan"), info.pop("system")
+            bd = evaluate(sys_v, model, plan)
         return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
                             samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible), wall_s=time.time() - t0,
                             seed=seed, converged=False, notes={"co_design": info}, system=sys_v)

@@ -7,13 +7,16 @@ Knobs
                  (assumed 0.0025 $ per GB/s-hour: a 400 Gb/s NIC and switch port, ~3,000 $,
                  amortized over 3 years); objective: cost per sample
 Method: alternate (1) the plan search at the current knob value and (2) a vectorized scan of the knob
-over its range with the plan fixed (one vmapped call), until the knob stops moving; report the
-chosen value, the preset value, what it bought, and d objective / d knob at the choice (jax.grad).
+over its range with the plan fixed (one vmapped call of the objective and its jax.grad, compiled
+once), until the knob stops moving or the time budget is spent; report the chosen value, the preset
+value, what it bought, and d objective / d knob at the choice.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
 from dataclasses import dataclass
 
 import jax
@@ -72,7 +75,7 @@ def set_knob(name: str, system: System, value) -> System:
                                   pcie_Bps=jnp.maximum(nic.pcie_Bps, total))
     else:
         nic = dataclasses.replace(nic, port_Bps=bw / nic.active_ports, pcie_Bps=jnp.maximum(nic.pcie_Bps, bw))
-    base_usd = system.chip.usd_per_hour - PRICE_PER_GBPS_HOUR * read_knob(name, system)
+    base_usd = system.chip.usd_per_hour - PRICE_PER_GBPS_HOUR * link_bandwidths(system)[1] / 1e9
     chip = dataclasses.replace(system.chip, usd_per_hour=base_usd + PRICE_PER_GBPS_HOUR * bw / 1e9)
     return dataclasses.replace(system, nic=nic, chip=chip)
 
@@ -81,47 +84,84 @@ def _metric(bd, metric: str):
     return bd.step_s if metric == "step_s" else bd.usd_per_million_samples
 
 
-def scan(name: str, system: System, model: RankingModel, plan, points: int = 33):
-    """Objective of a fixed plan over the knob's range: (values, objective, feasible)."""
+def _knob_objective(v, name, metric, system, model, pa):
+    bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
+    return _metric(bd, metric), bd.feasible
+
+
+@functools.partial(jit, static_argnums=(0, 1), quick=True)
+def _scan_jit(name, metric, system, model, pa, values):
+    """Objective, feasibility and d objective / d knob of a fixed plan at each knob value: one
+    vmapped call, compiled once per knob and problem shape (the system is an argument, not a constant)."""
+    vg = jax.value_and_grad(_knob_objective, has_aux=True)
+    (obj, feasible), grad = jax.vmap(lambda v: vg(v, name, metric, system, model, pa))(values)
+    return obj, feasible, grad
+
+
+def grid(name: str, system: System, points: int = 33) -> np.ndarray:
+    """The knob values a scan visits: `points` over the knob's range (geometric for a log knob) and the
+    system's own value."""
     spec = knob_spec(name, system)
     values = np.geomspace(spec.lo, spec.hi, points) if spec.log else np.linspace(spec.lo, spec.hi, points)
-    pa = to_arrays(plan, system, model)
-    def one(v):
-        bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
-        return _metric(bd, spec.metric), bd.feasible
-    obj, feas = jit(jax.vmap(one))(jnp.asarray(values, jnp.float32))
-    return values, np.asarray(obj), np.asarray(feas)
+    return np.unique(np.append(values, read_knob(name, system)).astype(np.float32))
 
 
-def co_design(name: str, system: System, model: RankingModel, plan_search, rounds: int = 3) -> dict:
-    """Alternate plan search and knob scan. `plan_search(system) -> (plan, ...)` returns a plan."""
+def scan(name: str, system: System, model: RankingModel, plan, points: int = 33):
+    """A fixed plan over the knob's range: (values, objective, feasible, d objective / d knob)."""
+    spec = knob_spec(name, system)
+    values = grid(name, system, points)
+    obj, feasible, grad = _scan_jit(name, spec.metric, system, model, to_arrays(plan, system, model),
+                                    jnp.asarray(values))
+    return values, np.asarray(obj, np.float64), np.asarray(feasible), np.asarray(grad, np.float64)
+
+
+SEARCH_SHARE = 0.45    # of the budget, per plan search: the usual two (at the preset, at the chosen value) and their scans fit
+
+
+def co_design(name: str, system: System, model: RankingModel, plan_search, *, budget_s: float | None = None,
+              rounds: int = 3, points: int = 33) -> dict:
+    """Alternate plan search and knob scan within `budget_s` seconds of wall time (None: no limit).
+
+    `plan_search(system, budget_s, start) -> Plan` searches a plan at a knob value (start: the plan to
+    refine, None for the search's own start). The first search is at the preset value, with
+    SEARCH_SHARE of the budget; then scan the plan over the knob's range, move the knob to the scan's
+    best value and search again from the plan (which is already better there than where it was
+    found), until the knob stays (at most `rounds` moves) or a search at the new value would get less
+    than half the first one's time. Every (value, plan) pair scanned is a candidate; the best wins,
+    the preset's on a tie, so the result is never worse than the plan searched at the preset value.
+    'improvement' is the chosen pair's against the preset's plan at the preset value: the knob and
+    the later searches together; 'improvement_plan_fixed' what the knob alone buys that plan.
+    """
+    t0 = time.time()
     spec = knob_spec(name, system)
     preset = read_knob(name, system)
-    plan0 = plan_search(system)
-    pa0 = to_arrays(plan0, system, model)
-    obj_preset = float(_metric(_evaluate(system, model, pa0, 0.0), spec.metric))
-    value, plan, sys_v = preset, plan0, system
-    history = [(preset, obj_preset)]
-    for _ in range(rounds):
-        values, obj, feas = scan(name, system, model, plan)
-        obj = np.where(feas, obj, np.inf)
-        best = float(values[int(np.argmin(obj))])
-        sys_v = set_knob(name, system, best)
-        plan = plan_search(sys_v)
-        o = float(_metric(_evaluate(sys_v, model, to_arrays(plan, sys_v, model), 0.0), spec.metric))
-        history.append((best, o))
-        if abs(best - value) <= 1e-6 * max(abs(value), 1.0):
-            value = best
+    per = None if budget_s is None else SEARCH_SHARE * budget_s
+    deadline = float("inf") if budget_s is None else t0 + budget_s
+    value, plan = preset, plan_search(system, per, None)
+    candidates, history, moves = [], [], 0   # candidates: (objective, value, plan, d objective / d knob)
+    while True:
+        t_scan = time.time()
+        values, obj, feasible, grad = scan(name, system, model, plan, points)
+        t_scan = time.time() - t_scan
+        here = int(np.argmin(np.abs(values - value)))       # the value the plan was searched at (on the grid)
+        history.append((value, float(obj[here])))
+        candidates.append((float(obj[here]), value, plan, float(grad[here])))
+        masked = np.where(feasible, obj, np.inf)
+        i = int(np.argmin(masked))
+        if len(history) == 1:                   # what the knob alone buys, the preset's plan kept
+            fixed = 1.0 - float(masked[i]) / float(obj[here]) if np.isfinite(masked[i]) else 0.0
+        if not np.isfinite(masked[i]) or i == here:
             break
-        value = best
-    # keep the better of the preset and the chosen value (the scan is on a grid)
-    if history[-1][1] > obj_preset:
-        value, plan, sys_v = preset, plan0, system
-    final = float(_metric(_evaluate(sys_v, model, to_arrays(plan, sys_v, model), 0.0), spec.metric))
-    pa = to_arrays(plan, sys_v, model)
-    grad = float(jax.grad(lambda v: _metric(_evaluate(set_knob(name, system, v), model, pa, 0.0), spec.metric))(
-        jnp.float32(value)))
+        candidates.append((float(obj[i]), float(values[i]), plan, float(grad[i])))
+        left = deadline - time.time() - t_scan - 0.05 * (budget_s or 0.0)   # a scan after the search, the final evaluation
+        if moves == rounds or (per is not None and left < 0.5 * per):
+            break
+        value, moves = float(values[i]), moves + 1
+        plan = plan_search(set_knob(name, system, value), None if per is None else min(per, left), plan)
+    obj_preset = candidates[0][0]
+    final, value, plan, grad = min(candidates, key=lambda c: c[0])     # the first (the preset's) on a tie
     return {"knob": name, "unit": spec.unit, "metric": spec.metric, "preset": preset, "chosen": value,
             "objective_at_preset": obj_preset, "objective_at_chosen": final,
-            "improvement": 1.0 - final / obj_preset, "d_objective_d_knob": grad, "history": history,
-            "plan": plan, "system": sys_v}
+            "improvement": 1.0 - final / obj_preset, "improvement_plan_fixed": fixed,
+            "d_objective_d_knob": grad, "history": history,
+            "plan": plan, "system": set_knob(name, system, value) if value != preset else system}
