@@ -82,6 +82,7 @@ def test_same_seed_same_plan_and_figures(small_setup):
     a = pm.search(system, model, "gradient", seed=3, budget_s=120)
     b = pm.search(system, model, "gradient", seed=3, budget_s=120)
     assert a.converged and b.converged
+    assert a.notes["gradient_steps"] > 0 and "nonfinite_gradient_entries" not in a.notes
     assert a.plan.to_dict() == b.plan.to_dict()
     assert a.step_s == b.step_s
 

@@ -308,7 +308,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
             its rounded plans' scores, and the best of its finalists after a race (_race) with half
             the time left; with an `incumbent` still descending, a race of both with all of it."""
             params, state = gs.prepare(system, model, seed=entropy, restarts=restarts, warm=warm)
-            params, _, taken = gs.run(step, params, state, system, model, masks, steps=steps, deadline=deadline)
+            params, _, taken, nonfinite = gs.run(step, params, state, system, model, masks, steps=steps, deadline=deadline)
+            if nonfinite:             # never seen since cost.smooth.hard_max: say so rather than hide it
+                notes["nonfinite_gradient_entries"] = notes.get("nonfinite_gradient_entries", 0) + nonfinite
             candidates = roundings(params, masks, ls, settings_of)
             scores = ls.scores_of(candidates)
             finalists = [candidates[int(i)] for i in np.argsort(scores, kind="stable")[:FINALISTS]]

@@ -66,12 +66,14 @@ _OPT = optax.adam(0.05)
 
 
 def _step_fn(params, state, system, model, masks, tau):
-    """One Adam step of every restart at once."""
+    """One Adam step of every restart at once; also the number of gradient entries that were not
+    finite (taken as 0 for the step, and counted so that the search can say so)."""
     val, grads = jax.vmap(jax.value_and_grad(relaxed_loss), in_axes=(0, None, None, None, None))(
         params, system, model, masks, tau)
+    nonfinite = sum(jnp.sum(~jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
     grads = jax.tree_util.tree_map(jnp.nan_to_num, grads)
     updates, state = jax.vmap(_OPT.update)(grads, state, params)
-    return optax.apply_updates(params, updates), state, val
+    return optax.apply_updates(params, updates), state, val, nonfinite
 
 
 # Compiled once per problem shape (module level). The step's compile is most of a cold search's:
@@ -133,13 +135,16 @@ def _cache_key(restarts, system, model):
 
 def run(step, params, state, system: System, model: RankingModel, masks: Masks, *, steps: int, deadline: float,
         tau0: float = 1.0, tau_end: float = 0.005):
-    """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline)."""
-    v, taken = None, 0
+    """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline).
+    Returns the params, the last losses, the steps taken and the gradient entries, summed over the
+    steps, that were not finite (zeroed by the step: a bug in the model's derivative, if ever > 0)."""
+    v, taken, nonfinite = None, 0, []
     key = _cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model)
     _STEP_SECONDS.setdefault(key, None)
     for i in range(steps):
         tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
-        params, state, v = step(params, state, system, model, masks, jnp.float32(tau))
+        params, state, v, bad = step(params, state, system, model, masks, jnp.float32(tau))
+        nonfinite.append(bad)
         taken = i + 1
         if i == 0:                           # compiled (when it was not) and run: the clock starts
             jax.block_until_ready(v)
@@ -149,12 +154,12 @@ def run(step, params, state, system: System, model: RankingModel, masks: Masks, 
     v = np.asarray(v)
     if taken > 1:
         _STEP_SECONDS[key] = (time.time() - t1) / (taken - 1)
-    return params, v, taken
+    return params, v, taken, int(sum(np.asarray(b) for b in nonfinite))
 
 
 def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
-                    steps: int, warm: Plan | None, deadline: float) -> tuple[SoftParams, np.ndarray, int]:
+                    steps: int, warm: Plan | None, deadline: float) -> tuple[SoftParams, np.ndarray, int, int]:
     """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
-    the final relaxed losses, and the number of steps taken."""
+    the final relaxed losses, the number of steps taken and of non-finite gradient entries (run)."""
     params, state = prepare(system, model, seed=seed, restarts=restarts, warm=warm)
     return run(step_for(restarts, system, model), params, state, system, model, masks, steps=steps, deadline=deadline)
