@@ -84,6 +84,9 @@ def _cmd_search(args) -> int:
               f"{cd['metric']} {cd['objective_at_preset']:.4g} -> {cd['objective_at_chosen']:.4g} "
               f"({100 * cd['improvement']:.1f} % better; the knob alone, the preset's plan kept: "
               f"{100 * cd['improvement_plan_fixed']:.1f} %); d {cd['metric']} / d knob at the choice {cd['d_objective_d_knob']:.3g}")
+        if len(results) > 1:
+            print(f"(the table's {chosen.method} row is at the chosen value; "
+                  f"{', '.join(r.method for r in results[1:])} at the preset's)")
     if args.out:
         print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
     return 0

@@ -261,6 +261,20 @@ def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
     assert main(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--budget-s", "-1"]) == 2
 
 
+def test_cli_co_design_says_where_each_row_ran(capsys):
+    base = ["search", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--method", "greedy",
+            "--co-design", "nic_split", "--budget-s", "2", "--no-progress"]
+    assert main(base + ["--compare", "random"]) == 0
+    text = capsys.readouterr().out
+    assert "co-design nic_split" in text and "the knob alone" in text
+    assert "greedy row is at the chosen value; random at the preset's" in text
+    assert main(base + ["--json"]) == 0
+    cd = json.loads(capsys.readouterr().out)["results"][0]["notes"]["co_design"]
+    assert cd["knob"] == "nic_split" and 0.05 <= cd["chosen"] <= 0.95 and np.isfinite(cd["d_objective_d_knob"])
+    # greedy is not handed the last plan (it would return it): each knob value gets its own greedy plan
+    assert cd["objective_at_chosen"] <= cd["objective_at_preset"]
+
+
 def test_compile_clock_counts_compiles_not_cached_calls():
     """The relaxed step's budget check rests on this clock: a fresh program counts its compile, a
     second call of the same program counts nothing."""
