@@ -139,10 +139,12 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
     deadline = float("inf") if budget_s is None else t0 + budget_s
     value, plan = preset, plan_search(system, per, None)
     candidates, history, moves = [], [], 0   # candidates: (objective, value, plan, d objective / d knob)
+    from .api import _CompileClock
     while True:
         t_scan = time.time()
-        values, obj, feasible, grad = scan(name, system, model, plan, points)
-        t_scan = time.time() - t_scan
+        with _CompileClock() as compiling:
+            values, obj, feasible, grad = scan(name, system, model, plan, points)
+        t_scan = time.time() - t_scan - compiling.seconds      # what the next scan costs: compiled by now
         here = int(np.argmin(np.abs(values - value)))       # the value the plan was searched at (on the grid)
         history.append((value, float(obj[here])))
         candidates.append((float(obj[here]), value, plan, float(grad[here])))
@@ -153,7 +155,7 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
         if not np.isfinite(masked[i]) or i == here:
             break
         candidates.append((float(obj[i]), float(values[i]), plan, float(grad[i])))
-        left = deadline - time.time() - t_scan - 0.05 * (budget_s or 0.0)   # a scan after the search, the final evaluation
+        left = deadline - time.time() - t_scan - 0.05 * (budget_s or 0.0)   # a scan after the search; the final evaluation
         if moves == rounds or (per is not None and left < 0.5 * per):
             break
         value, moves = float(values[i]), moves + 1
