@@ -10,6 +10,7 @@ tables); with the cache, a later process loads the programs instead. Results do 
 
 from __future__ import annotations
 
+import functools
 import os
 
 
@@ -34,6 +35,23 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
     return folder or None
 
 
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A digest of perfmodel's own source files: a program compiled by other code (an upgrade, a
+    local edit; a change of the relaxed step's outputs, say) is not the one a mark speaks of."""
+    import hashlib
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(".py"):
+                with open(os.path.join(folder, f), "rb") as fh:
+                    h.update(f.encode() + b"\0" + fh.read())
+    return h.hexdigest()[:16]
+
+
 def _kept_path(name: str) -> str | None:
     import hashlib
 
@@ -42,7 +60,7 @@ def _kept_path(name: str) -> str | None:
     folder = jax.config.jax_compilation_cache_dir
     if not folder:
         return None
-    digest = hashlib.sha256(f"{jax.__version__}|{name}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
     return os.path.join(folder, f"perfmodel-kept-{digest}")
 
 
@@ -62,7 +80,8 @@ def mark_kept(name: str) -> None:
 
 
 def is_kept(name: str) -> bool:
-    """Whether mark_kept(name) was called with this cache folder and this jax version."""
+    """Whether mark_kept(name) was called with this cache folder, this jax version and this source of
+    perfmodel."""
     path = _kept_path(name)
     return path is not None and os.path.exists(path)
 
@@ -82,8 +101,6 @@ QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level"
 def jit(fun=None, *, quick: bool = False, **kwargs):
     """jax.jit with CPU_COMPILE_OPTIONS (quick: QUICK_COMPILE_OPTIONS) when JAX runs on the CPU
     (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...)."""
-    import functools
-
     import jax
 
     if fun is None:

@@ -19,10 +19,14 @@ def test_compile_cache_folder_and_off_switch(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", before)
 
 
-def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path):
+def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path, monkeypatch):
     """mark_kept notes a program in the cache folder: is_kept finds it there, not under another
-    name, not in another folder, and nowhere with the cache off (nothing is written then)."""
+    name, not in another folder, not for another source of perfmodel (the program it compiles
+    differs), and nowhere with the cache off (nothing is written then)."""
+    from perfmodel import cache
     from perfmodel.cache import is_kept, mark_kept
+
+    assert len(cache._source_digest()) == 16 and cache._source_digest() == cache._source_digest()
 
     before = jax.config.jax_compilation_cache_dir
     try:
@@ -30,6 +34,9 @@ def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path):
         assert not is_kept("relaxed step X")
         mark_kept("relaxed step X")
         assert is_kept("relaxed step X") and not is_kept("relaxed step Y")
+        with monkeypatch.context() as m:
+            m.setattr(cache, "_source_digest", lambda: "edited-source")
+            assert not is_kept("relaxed step X")
         jax.config.update("jax_compilation_cache_dir", str(tmp_path / "b"))
         assert not is_kept("relaxed step X")
         jax.config.update("jax_compilation_cache_dir", None)

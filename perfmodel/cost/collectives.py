@@ -61,8 +61,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import traced
-from .smooth import hard_max, hard_min
 from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
+from .smooth import hard_max, hard_min
 
 RING, DIRECT, TREE, HIER = range(4)
 
