@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import perfmodel as pm  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
-from perfmodel.search.codesign import KNOBS  # noqa: E402
+from perfmodel.search.codesign import KNOBS, _metric  # noqa: E402
 from perfmodel.search.instances import parse_instances  # noqa: E402
 
 CASES = "rec-150b@mtia300-256:nic_split,dlrm-dcnv2-mlperf@mtia300-64:nic_split,dlrm-dcnv2-mlperf@h100-64:scale_out_bw"
@@ -42,10 +42,6 @@ def parse_cases(text: str) -> list[tuple[str, str, str]]:
         (model, system), = parse_instances(inst, "--cases")
         out.append((model, system, knob))
     return out
-
-
-def objective(r, metric: str) -> float:
-    return r.step_s if metric == "step_s" else float(r.breakdown.usd_per_million_samples)
 
 
 def main(argv=None) -> int:
@@ -72,7 +68,7 @@ def main(argv=None) -> int:
         metric = cd["metric"]
         unit = "ms" if metric == "step_s" else "$/M samples"
         scale = 1e3 if metric == "step_s" else 1.0
-        ours, base = objective(r, metric), objective(plain, metric)
+        ours, base = float(_metric(r.breakdown, metric)), float(_metric(plain.breakdown, metric))
         fixed = cd["objective_at_preset"] * (1.0 - cd["improvement_plan_fixed"])
         print(f"\n== {model_name}@{system_name}, {knob} ({cd['unit']}): preset {cd['preset']:.4g} -> chosen {cd['chosen']:.4g}")
         print(f"   {metric}: preset's plan {cd['objective_at_preset'] * scale:.5g} {unit}; the knob alone moved "

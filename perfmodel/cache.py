@@ -11,6 +11,7 @@ tables); with the cache, a later process loads the programs instead. Results do 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 
 
@@ -39,8 +40,6 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
 def _source_digest() -> str:
     """A digest of perfmodel's own source files: a program compiled by other code (an upgrade, a
     local edit; a change of the relaxed step's outputs, say) is not the one a mark speaks of."""
-    import hashlib
-
     root = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
     for folder, dirs, files in sorted(os.walk(root)):
@@ -53,8 +52,6 @@ def _source_digest() -> str:
 
 
 def _kept_path(name: str) -> str | None:
-    import hashlib
-
     import jax
 
     folder = jax.config.jax_compilation_cache_dir
