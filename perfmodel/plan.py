@@ -257,6 +257,13 @@ def _settings_arrays(plan: Plan) -> dict:
                 grad_buckets=f(plan.grad_buckets), overlap_chunks=f(plan.overlap_chunks))
 
 
+def stand_in(system: System, model: RankingModel) -> Plan:
+    """A plan of the problem's shape, to compile programs with before a real plan exists: table i
+    table-wise on device i mod D (not checked: it may not fit)."""
+    D = system.num_chips
+    return Plan(tables={n: TablePlan("table_wise", [i % D], 1.0) for i, n in enumerate(model.tables.names)})
+
+
 def stack(plans: list[PlanArrays]) -> PlanArrays:
     """Stack PlanArrays along a new leading axis, for jax.vmap (numpy leaves stay numpy)."""
     return jax.tree_util.tree_map(

@@ -202,3 +202,38 @@ def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
     plan, name = api._compound_start(ls, start, base, "greedy")
     assert api.COMPOUND_LEAD == 0.03
     assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))
+
+
+def test_the_warm_up_compiles_the_first_descent_round_and_the_co_design_scan():
+    """LocalSearch.warm_up (run in a thread while the greedy start compiles the batch scorer) must
+    compile exactly the programs a descent's first round calls, with the same shapes and dtypes: a
+    round after it compiles nothing. Likewise codesign._warm_scan for the knob scan. A problem shape
+    of its own (five tables on two chips), so no other test has compiled these programs."""
+    from perfmodel.search import codesign
+    from perfmodel.search.api import _CompileClock
+    data = {
+        "name": "five-tables", "global_batch": 8192, "dense_dtype": "bf16", "param_bytes": 4,
+        "activation_bytes": 2, "dense_optimizer": "adagrad",
+        "embeddings": {"dim": 32, "bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
+                       "names": [f"t{i}" for i in range(5)], "rows": [100_000 * (i + 1) for i in range(5)],
+                       "pooling": [10] * 5},
+        "dense": {"layers": [
+            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [32]},
+            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": 192, "widths": [32, 1]},
+        ]},
+    }
+    system, model = pm.load_system("mtia300-2"), parse_model(data, "five tables")
+    ls = LocalSearch(system, model, make_masks(system, model))
+    greedy = pm.greedy_plan(system, model)           # compiles the batch scorer
+    with _CompileClock() as warming:
+        ls.warm_up()
+    assert warming.seconds > 0
+    with _CompileClock() as descent:
+        _, score = ls.run(greedy, deadline=float("inf"), max_rounds=1)
+    assert descent.seconds == 0.0 and np.isfinite(score)
+    warm = codesign._warm_scan("nic_split", system, model, 33)
+    assert warm is not None and codesign._warm_scan("nic_split", system, model, 33) is None   # once per process
+    warm.join()
+    with _CompileClock() as scanning:
+        values, obj, feasible, grad = codesign.scan("nic_split", system, model, greedy)
+    assert scanning.seconds == 0.0 and np.isfinite(obj).all() and len(values) == 34

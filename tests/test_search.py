@@ -2,6 +2,7 @@
 bad requests."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -290,6 +291,18 @@ def test_compile_clock_counts_compiles_not_cached_calls():
     with _CompileClock() as second:
         f(x).block_until_ready()
     assert first.seconds > 0.0 and second.seconds == 0.0
+    # a compile in another thread (the search's warm-up) is that thread's, not the caller's
+    g = jax.jit(lambda x: jnp.tanh(x) * 2.0 + x ** 3)
+    seen = {}
+    def other():
+        with _CompileClock() as theirs:
+            g(x).block_until_ready()
+        seen["theirs"] = theirs.seconds
+    with _CompileClock() as mine:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert seen["theirs"] > 0.0 and mine.seconds == 0.0
 
 
 def test_compile_clock_counts_a_program_loaded_from_the_persistent_cache(tmp_path):

@@ -10,6 +10,7 @@ any feasible plan beats any infeasible one; among infeasible ones, less memory o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -22,7 +23,7 @@ from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
 from ..plan import (ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISIONS, RW,
-                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, stack)
+                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, stack, stand_in)
 from ..workload import RankingModel
 from .relax import Masks, cw_options
 
@@ -197,6 +198,12 @@ class LocalSearch:
     def _mixed_scores(self, plan: Plan, pa, c: dict, a: np.ndarray, b: np.ndarray, settings: list[Plan]):
         """Tie-broken scores of the table moves c, the swaps (a, b) and the plans `settings`, all
         in one batch (_apply_mixed) built on `plan` (pa: its arrays); n + len(a) + len(settings) <= max_batch."""
+        n, m, q = len(c["t"]), len(a), len(settings)
+        sc = self.scores(self._mixed_batch(plan, pa, c, a, b, settings))
+        return sc[:n], sc[n:n + m], sc[n + m:n + m + q]
+
+    def _mixed_batch(self, plan: Plan, pa, c: dict, a: np.ndarray, b: np.ndarray, settings: list[Plan]):
+        """The batch _mixed_scores scores."""
         n, m, q, size = len(c["t"]), len(a), len(settings), self.max_batch
         kind = np.concatenate([np.zeros(n, np.int32), np.ones(m, np.int32), np.full(size - n - m, 2, np.int32)])
         cols = [jnp.asarray(_pad(c[k], size) if n else np.zeros(size, c[k].dtype)) for k in ("t", "st", "dev", "dev2", "k", "dom")]
@@ -205,8 +212,42 @@ class LocalSearch:
         row = np.clip(np.arange(size) - n - m, 0, max(q - 1, 0)).astype(np.int32)
         batch = stack([plan_arrays(p, self.system, self.model, pa) for p in settings or [plan]])
         batch = jax.tree_util.tree_map(lambda x: _pad(np.asarray(x), MIXED_SETTINGS), batch)
-        sc = self.scores(_apply_mixed(pa, *cols, cache, pad(a), pad(b), jnp.asarray(kind), jnp.asarray(row), batch))
-        return sc[:n], sc[n:n + m], sc[n + m:n + m + q]
+        return _apply_mixed(pa, *cols, cache, pad(a), pad(b), jnp.asarray(kind), jnp.asarray(row), batch)
+
+    def _moves_batch(self, pa, c: dict, sl: slice):
+        """The table moves c[sl] applied to `pa`, padded to max_batch."""
+        cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+        return _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
+                                  jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
+
+    def _swaps_batch(self, pa, a: np.ndarray, b: np.ndarray, sl: slice):
+        """The swaps (a[sl], b[sl]) applied to `pa`, padded to max_batch."""
+        return _apply_swaps(pa, jnp.asarray(_pad(a[sl], self.max_batch)), jnp.asarray(_pad(b[sl], self.max_batch)))
+
+    def warm_up(self, scorer_clock=contextlib.nullcontext) -> None:
+        """Compile what a descent needs besides the batch scorer (_score_batch): the single-plan
+        scorer (_details) and the first round's move batches, on a stand-in plan of the problem's
+        shape (plan.stand_in). search runs this in a thread while the greedy start compiles the
+        batch scorer: XLA compiles with the GIL released, so on 2 cores the two compiles overlap. The batch scorer is not called here (two threads asking for one program
+        would both compile it). scorer_clock: a context manager around the single-plan scorer's call."""
+        plan = stand_in(self.system, self.model)
+        pa = plan_arrays(plan, self.system, self.model)
+        with scorer_clock():
+            _, _, memory, cap, loads, _ = self._details_of(pa)
+        # the first round's candidates: moves off the hot devices (run widens to every move later)
+        c = self._table_candidates(plan, loads, memory, float(cap), False)
+        a, b = self._swap_candidates(plan, loads, memory, float(cap), False)
+        if not len(c["t"]):
+            return
+        if self.exhaustive:          # run scores them in one mixed batch
+            settings = self._setting_candidates(plan)[:MIXED_SETTINGS]
+            room = max((self.max_batch - len(settings)) // 2, 1)
+            c = {k: v[:room] for k, v in c.items()}
+            jax.block_until_ready(self._mixed_batch(plan, pa, c, a[:room], b[:room], settings))
+        else:
+            jax.block_until_ready(self._moves_batch(pa, c, slice(0, self.max_batch)))
+            if len(a):
+                jax.block_until_ready(self._swaps_batch(pa, a, b, slice(0, self.max_batch)))
 
     # ------------------------------------------------------------------ candidates
     def _hot_cold(self, loads, memory, cap) -> tuple[np.ndarray, np.ndarray]:
@@ -479,10 +520,7 @@ class LocalSearch:
                 if pre is not None:
                     sc = pre[0]
                 else:
-                    cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
-                    batch = _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
-                                               jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
-                    sc = self.scores(batch)[: len(c["t"][sl])]
+                    sc = self.scores(self._moves_batch(pa, c, sl))[: len(c["t"][sl])]
                 for j in np.flatnonzero(sc < cur * (1 - 1e-9)):
                     improving.append((float(sc[j]), s + int(j)))
                 if time.time() > deadline:
@@ -495,9 +533,7 @@ class LocalSearch:
                 a = b = a[:0]
             for s in range(0, len(a), self.max_batch):
                 m = len(a[s:s + self.max_batch])
-                sc = pre[1] if pre is not None else \
-                    self.scores(_apply_swaps(pa, jnp.asarray(_pad(a[s:s + self.max_batch], self.max_batch)),
-                                             jnp.asarray(_pad(b[s:s + self.max_batch], self.max_batch))))[:m]
+                sc = pre[1] if pre is not None else self.scores(self._swaps_batch(pa, a, b, slice(s, s + self.max_batch)))[:m]
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), self._swapped_plan(plan, int(a[s + j]), int(b[s + j]))
