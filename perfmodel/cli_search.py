@@ -71,10 +71,14 @@ def _cmd_search(args) -> int:
         return 0
     print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
           f"seed {args.seed}, budget {args.budget_s:g} s per method")
-    print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}")
+    # "found at": when the method first held its final plan (the last entry of its anytime profile): a
+    # result found early in the budget would not gain from a larger one
+    print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}{'found at':>10}")
     for r in results:
+        progress = r.notes.get("progress")
+        found = f"{progress[-1][0]:>8.1f} s" if progress else f"{'-':>10}"
         print(f"{r.method:<14}{r.step_s * 1e3:>9.3f} ms{r.samples_per_s / 1e6:>11.3f} M {100 * r.memory_headroom:>12.1f} %"
-              f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s" + ("" if r.feasible else "  INFEASIBLE"))
+              f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
     print()
     print(describe_plan(chosen.plan, model))
     cd = chosen.notes.get("co_design")

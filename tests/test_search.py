@@ -150,6 +150,12 @@ def test_returned_plan_is_feasible_and_reevaluates_to_the_reported_figures(small
     assert float(bd.step_s) == pytest.approx(r.step_s, rel=1e-6)
     assert float(bd.samples_per_s) == pytest.approx(r.samples_per_s, rel=1e-6)
     assert 0.0 < r.memory_headroom < 1.0
+    if method != "greedy":     # the anytime profile: better plans at later times, ending at the result
+        t, step = np.asarray(r.notes["progress"]).T
+        assert len(t) >= 1 and (np.diff(t) >= 0).all() and (np.diff(step) < 0).all()
+        assert 0.0 < t[0] and t[-1] <= r.wall_s and step[-1] == pytest.approx(r.step_s, rel=1e-5)
+    if method in ("gradient", "evolutionary"):     # both start from greedy's plan
+        assert step[0] <= float(pm.evaluate(system, model, pm.greedy_plan(system, model)).step_s) * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("name", ["mtia300-64", "h100-64"])
@@ -252,6 +258,8 @@ def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "greedy" in text and "random" in text and "gap to best" in text and "chosen plan:" in text
+    row = next(line for line in text.splitlines() if line.startswith("random"))
+    assert row.endswith(" s") and float(row.split()[-2]) <= float(row.split()[-4])     # found at <= wall
     assert main(["evaluate", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--plan", str(out), "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)["summary"]["step_s"]
     assert main(args[:-3] + ["--json", "--out", str(tmp_path / "again.json")]) == 0

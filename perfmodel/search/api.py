@@ -67,7 +67,7 @@ class SearchResult:
     seed: int
     converged: bool = True             # finished before the budget (so the result is reproducible)
     evaluations: int = 0               # hard plan evaluations spent (where counted)
-    notes: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)   # "progress" (gradient, random, evolutionary): [[s, step_s], ...]
     system: System | None = None
 
     @property
@@ -267,16 +267,20 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     elif method in ("random", "evolutionary"):
         from .baselines import evolutionary_search, random_search
         if method == "random":
-            pa, _, evaluations = random_search(system, model, masks, seed=seed, deadline=deadline)
+            pa, _, evaluations = random_search(system, model, masks, seed=seed, deadline=deadline, progress=ls.progress)
         else:
             seeds = [to_arrays(greedy, system, model)]
-            pa, _, evaluations = evolutionary_search(system, model, masks, seed=seed, deadline=deadline, seeds=seeds)
+            pa, _, evaluations = evolutionary_search(system, model, masks, seed=seed, deadline=deadline, seeds=seeds,
+                                                     progress=ls.progress)
         plan = settings_of(from_arrays(pa, system, model))
         converged = False                       # these run until the budget is spent
     else:  # exact
         from .exact import exact_plan
         plan, notes["milp"] = exact_plan(system, model, greedy)
 
+    if method in ("gradient", "random", "evolutionary"):
+        # the anytime profile: when each better feasible plan was held (seconds since the call, step_s)
+        notes["progress"] = [[round(t - t0, 4), s] for t, s in ls.progress]
     if method == "gradient":
         validate_plan(plan, system, model)
         bd = ls.breakdown(plan)               # compiled already, unlike a fresh evaluate of one plan
@@ -307,6 +311,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
 
     with _CompileClock() as clock:
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
+    ls.record(float(greedy_score))
     key = gs._cache_key(0, system, model)
     # compiled earlier in this process: the figure measured then (none known: assume the relaxed step cannot fit)
     eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))

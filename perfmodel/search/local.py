@@ -171,6 +171,12 @@ class LocalSearch:
         self.exhaustive = T * D <= EXHAUSTIVE
         tb = model.tables
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
+        self.progress: list[tuple[float, float]] = []    # (wall clock, step): each new best feasible plan held
+
+    def record(self, score: float) -> None:
+        """Note the time when a plan of hard score `score` is held, if it is the best feasible one so far."""
+        if score < INFEASIBLE and (not self.progress or score < self.progress[-1][1]):
+            self.progress.append((time.time(), float(score)))
 
     # ------------------------------------------------------------------ scoring
     def score(self, pa) -> float:
@@ -497,6 +503,7 @@ class LocalSearch:
         cur, _, memory, cap, loads, hard = self._details_of(pa)
         cur = float(cur)
         kept, kept_score = plan, float(hard)
+        self.record(kept_score)
         gained = 0                           # the last round that lowered the score
         for rnd in range(max_rounds):
             if rnd - gained > PLATEAU_ROUNDS:
@@ -591,4 +598,5 @@ class LocalSearch:
                 if float(hard) < kept_score * (1 - 1e-9):
                     gained = rnd + 1
                 kept, kept_score = plan, float(hard)
+                self.record(kept_score)
         return kept, kept_score
