@@ -118,8 +118,11 @@ def test_a_scorer_loaded_from_disk_prices_the_relaxed_step_as_a_compile_unless_i
     half, so the relaxed phase is skipped."""
     from perfmodel.search import api
     from perfmodel.search import gradient as gs
+    from perfmodel.search.relax import make_masks
     system, model = small_setup
     assert gs.step_kind(8, system, model) == "quick"
+    params, state = gs.prepare(system, model, seed=0, restarts=8, warm=None)     # compiled: "loads" at once
+    gs.run(gs.step_for(8, system, model), params, state, system, model, make_masks(system, model), steps=1, deadline=1e18)
     monkeypatch.setitem(api._SCORER_COMPILE_S, gs._cache_key(0, system, model), (0.12, True))
     compiled, real = [], api._compile_step
     monkeypatch.setattr(gs, "is_compiled", lambda *a: bool(compiled))      # not in this process until made

@@ -23,10 +23,10 @@ from ..cache import is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, to_arrays, validate_plan
+from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
-from .local import LocalSearch
+from .local import EXHAUSTIVE, LocalSearch
 from .pack import rebalance
 from .relax import make_masks, round_params
 
@@ -199,8 +199,10 @@ def _warm_up(ls: LocalSearch) -> threading.Thread | None:
 
 
 def background(work, name: str) -> threading.Thread:
-    """`work()` started in a daemon thread (to compile beside the caller; join before relying on it)."""
-    thread = threading.Thread(target=work, name=name, daemon=True)
+    """`work()` started in a thread (to compile beside the caller; join before relying on it). Not a
+    daemon: the interpreter waits for it at exit (an XLA compile still running while the interpreter
+    shuts down aborts the process)."""
+    thread = threading.Thread(target=work, name=name)
     thread.start()
     return thread
 
@@ -242,8 +244,10 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
                   sharding_types=sharding_types, freeze_settings=freeze_settings)
         with _Progress(progress, budget_s, f"search {method}, co-design {co_design}"):
             refines = method in ("gradient", "evolutionary")     # methods that start from a plan
+            ahead = (lambda: _compile_step_ahead(system, model, restarts, precisions, sharding_types)) \
+                if method == "gradient" else None
             info = run_co_design(co_design, system, model, budget_s=budget_s, plan_search=lambda sv, b, plan: search(
-                sv, model, budget_s=b, start=plan if refines and plan is not None else start, **kw).plan)
+                sv, model, budget_s=b, start=plan if refines and plan is not None else start, **kw).plan, ahead=ahead)
             plan, sys_v = info.pop("plan"), info.pop("system")
             bd = evaluate(sys_v, model, plan)
         return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
@@ -346,11 +350,14 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # main work: there the compile waits for the half, as before (synthetic-300 / h100-64 at 60 s, the
     # step compiling beside the descent: the start refined to 14.82 ms instead of 14.21, 11.98 at the end
     # instead of 11.91)
-    compiling = None
-    if not gs.is_compiled(restarts, system, model) and kind == "quick" and ls.exhaustive and \
+    step_key = gs._cache_key(restarts, system, model)
+    compiling = _STEP_COMPILING.get(step_key)          # compiling already (co-design's warm-up: _compile_step_ahead)
+    if (compiling is None or not compiling.is_alive()) and not gs.is_compiled(restarts, system, model) and \
+            kind == "quick" and ls.exhaustive and \
             (deadline - t0 > 1e8 or compile_cost <= BACKGROUND_SHARE * (deadline - time.time())):
         compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name),
                                "perfmodel-relaxed-step")
+        _STEP_COMPILING[step_key] = compiling
     packed = rebalance(system, model, greedy, memory)
     packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
     start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
@@ -373,6 +380,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # the relaxed phase's cost before its first rounding: the compile (when the step is not compiled in
     # this process) or the steps (when it is; a warm search with a small budget has no time for them)
     if compiling is not None:     # it had the descent's time; it may take RELAXED_SHARE of what is left
+        # (a descent that stopped on its own gets here early: a compile in flight is waited for, not repeated)
         compiling.join(timeout=max(RELAXED_SHARE * (deadline - time.time()), 0.0))
     still = compiling is not None and compiling.is_alive()
     if still:
@@ -448,17 +456,40 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
 
 
 def _compile_step(restarts, system, model, masks, warm, step_name):
-    """Compile the relaxed step (and take one step of throw-away restarts): what _gradient's first
-    relaxed batch would otherwise compile. Marked kept, as the batch does."""
+    """Compile the relaxed step (one step of throw-away restarts): what _gradient's first relaxed
+    batch would otherwise compile. Only then is it compiled for gradient.is_compiled (a search that
+    asks while this runs prices the compile itself); marked kept, as the batch does."""
     from . import gradient as gs
 
+    key = gs._cache_key(restarts, system, model)
+    _STEP_COMPILING[key] = threading.current_thread()
     try:
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
-        gs.run(gs.step_for(restarts, system, model), params, state, system, model, masks, steps=1, deadline=float("inf"))
+        jax.block_until_ready(gs.step_for(restarts, system, model)(params, state, system, model, masks, np.float32(1.0)))
     except Exception:     # noqa: BLE001 -- not compiled after all: the relaxed phase prices and compiles it itself
-        gs._STEP_SECONDS.pop(gs._cache_key(restarts, system, model), None)
         return
+    finally:
+        if _STEP_COMPILING.get(key) is threading.current_thread():
+            del _STEP_COMPILING[key]
+    gs._STEP_SECONDS.setdefault(key, None)
     mark_kept(step_name)
+
+
+_STEP_COMPILING: dict = {}    # problem shape -> the thread compiling its relaxed step (_compile_step)
+
+
+def _compile_step_ahead(system, model, restarts, precisions, sharding_types):
+    """For a search to come (co-design's later ones): compile its quick relaxed step now, when it is a
+    small instance's and not compiled in this process."""
+    from . import gradient as gs
+
+    kind = gs.step_kind(restarts, system, model)
+    if gs.is_compiled(restarts, system, model) or kind != "quick" or \
+            model.tables.count * system.num_chips > EXHAUSTIVE:
+        return
+    masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
+    _compile_step(restarts, system, model, masks, stand_in(system, model),
+                  f"relaxed step {gs._cache_key(restarts, system, model)!r} {kind}")
 
 
 def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool, int]:

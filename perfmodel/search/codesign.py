@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import time
 from dataclasses import dataclass
 
@@ -118,31 +119,39 @@ def scan(name: str, system: System, model: RankingModel, plan, points: int = 33)
 _SCANNED: set = set()     # (knob, problem shape) whose scan is compiled (or compiling) in this process
 
 
-def _warm_scan(name: str, system: System, model: RankingModel, points: int):
+def _warm_scan(name: str, system: System, model: RankingModel, points: int, ahead=None):
     """Compile the scan (on a stand-in plan) in a thread while the first plan search runs: about 2 s
     on MLPerf / mtia300-64 that a cold co-design with a small budget otherwise spent after the search
-    (a 4-s budget ran 6.9 s). None when compiled before in this process."""
+    (a 4-s budget ran 6.9 s); then, in the same thread, `ahead()` (what the later searches compile:
+    api._compile_step_ahead). Returns an Event set when the scan is compiled (at once when it was
+    before in this process)."""
     from .api import background
     from .gradient import _cache_key
 
-    key = (name, _cache_key(0, system, model))
+    key, done = (name, _cache_key(0, system, model)), threading.Event()
     if key in _SCANNED:
-        return None
+        done.set()
     _SCANNED.add(key)
 
     def work():
-        try:
-            scan(name, system, model, stand_in(system, model), points)
-        except Exception:      # noqa: BLE001 -- only a warm-up: the first scan compiles it itself
-            _SCANNED.discard(key)
-    return background(work, "perfmodel-scan-warm-up")
+        if not done.is_set():
+            try:
+                scan(name, system, model, stand_in(system, model), points)
+            except Exception:      # noqa: BLE001 -- only a warm-up: the first scan compiles it itself
+                _SCANNED.discard(key)
+            done.set()
+        if ahead is not None:
+            ahead()
+    if ahead is not None or not done.is_set():
+        background(work, "perfmodel-co-design-warm-up")
+    return done
 
 
 SEARCH_SHARE = 0.45    # of the budget, per plan search: the usual two (at the preset, at the chosen value) and their scans fit
 
 
 def co_design(name: str, system: System, model: RankingModel, plan_search, *, budget_s: float | None = None,
-              rounds: int = 3, points: int = 33) -> dict:
+              rounds: int = 3, points: int = 33, ahead=None) -> dict:
     """Alternate plan search and knob scan within `budget_s` seconds of wall time (None: no limit).
 
     `plan_search(system, budget_s, start) -> Plan` searches a plan at a knob value (start: the plan to
@@ -151,7 +160,8 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
     best value and search again from the plan (which is already better there than where it was
     found), until the knob stays (at most `rounds` moves) or a search at the new value would get less
     than half the first one's time (one that would leave less than that takes the rest). The scan
-    compiles in a thread during the first search (_warm_scan). Every (value, plan) pair scanned is a candidate; the best wins,
+    compiles in a thread during the first search (_warm_scan), and after it `ahead()` (None: nothing):
+    what the later searches would compile. Every (value, plan) pair scanned is a candidate; the best wins,
     the preset's on a tie, so the result is never worse than the plan searched at the preset value.
     'improvement' is the chosen pair's against the preset's plan at the preset value: the knob and
     the later searches together; 'improvement_plan_fixed' what the knob alone buys that plan.
@@ -161,12 +171,9 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
     preset = read_knob(name, system)
     per = None if budget_s is None else SEARCH_SHARE * budget_s
     deadline = float("inf") if budget_s is None else t0 + budget_s
-    warming = _warm_scan(name, system, model, points)
-    try:
-        value, plan = preset, plan_search(system, per, None)
-    finally:
-        if warming is not None:
-            warming.join()
+    scanned = _warm_scan(name, system, model, points, ahead)
+    value, plan = preset, plan_search(system, per, None)
+    scanned.wait()
     candidates, history, moves = [], [], 0   # candidates: (objective, value, plan, d objective / d knob)
     from .api import _CompileClock
     while True:
