@@ -204,7 +204,7 @@ def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
     assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))
 
 
-def test_the_warm_up_compiles_the_first_descent_round_and_the_co_design_scan():
+def test_the_warm_ups_compile_the_programs_a_search_then_runs():
     """LocalSearch.warm_up (run in a thread while the greedy start compiles the batch scorer) must
     compile exactly the programs a descent's first round calls, with the same shapes and dtypes: a
     round after it compiles nothing. Likewise codesign._warm_scan for the knob scan. A problem shape
@@ -231,6 +231,18 @@ def test_the_warm_up_compiles_the_first_descent_round_and_the_co_design_scan():
     with _CompileClock() as descent:
         _, score = ls.run(greedy, deadline=float("inf"), max_rounds=1)
     assert descent.seconds == 0.0 and np.isfinite(score)
+    # and the relaxed step compiled ahead (a co-design's later searches; a search's own, beside its
+    # descent) is the program the relaxed phase runs
+    from perfmodel.search import api
+    from perfmodel.search import gradient as gs
+    masks = make_masks(system, model)
+    assert not gs.is_compiled(8, system, model)
+    api._compile_step(8, system, model, masks, greedy, "relaxed step (test)")
+    assert gs.is_compiled(8, system, model) and not api._STEP_COMPILING
+    params, state = gs.prepare(system, model, seed=1, restarts=8, warm=greedy)
+    with _CompileClock() as stepping:
+        gs.run(gs.step_for(8, system, model), params, state, system, model, masks, steps=2, deadline=float("inf"))
+    assert stepping.seconds == 0.0
     assert codesign._warm_scan("nic_split", system, model, 33).wait(timeout=300)
     assert codesign._warm_scan("nic_split", system, model, 33).is_set()      # compiled: nothing to wait for
     with _CompileClock() as scanning:

@@ -130,42 +130,37 @@ class _CompileClock:
     EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
               "/jax/core/compile/backend_compile_duration")
     HIT = "/jax/compilation_cache/cache_hits"
-    _totals: dict = {}        # thread ident -> [seconds, cache hits, backend seconds]
+    _totals: dict = {}        # thread ident -> [seconds, cache hits]
     _listening = False
 
     @classmethod
     def _listen(cls, event: str, seconds: float, **_):
         if event in cls.EVENTS:
-            mine = cls._totals.setdefault(threading.get_ident(), [0.0, 0, 0.0])
-            mine[0] += seconds
-            if event == cls.EVENTS[2]:
-                mine[2] += seconds
+            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[0] += seconds
 
     @classmethod
     def _count(cls, event: str, **_):
         if event == cls.HIT:
-            cls._totals.setdefault(threading.get_ident(), [0.0, 0, 0.0])[1] += 1
+            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[1] += 1
 
     def __enter__(self):
         if not _CompileClock._listening:
             jax.monitoring.register_event_duration_secs_listener(_CompileClock._listen)
             jax.monitoring.register_event_listener(_CompileClock._count)
             _CompileClock._listening = True
-        self.mine = _CompileClock._totals.setdefault(threading.get_ident(), [0.0, 0, 0.0])
-        self.start, self.start_hits, self.start_backend = self.mine
+        self.mine = _CompileClock._totals.setdefault(threading.get_ident(), [0.0, 0])
+        self.start, self.start_hits = self.mine
         return self
 
     def __exit__(self, *exc):
         self.seconds = self.mine[0] - self.start
         self.loaded = self.mine[1] - self.start_hits      # programs loaded from the persistent cache
-        self.backend = self.mine[2] - self.start_backend  # XLA's compile (or load) alone
         return False
 
 
 # problem shape -> (seconds making the hard scorer as _CompileClock counts them, whether it was loaded
 # from the persistent cache), first measured
 _SCORER_COMPILE_S: dict = {}
-_SCORER_BACKEND_S: dict = {}
 
 
 _WARMED: set = set()       # problems whose descent programs _warm_up compiled (or is compiling) in this process
@@ -193,7 +188,6 @@ def _warm_up(ls: LocalSearch) -> threading.Thread | None:
             _WARMED.discard(key)
         if getattr(clock, "seconds", 0.0) > 0:
             _SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
-            _SCORER_BACKEND_S.setdefault(key, clock.backend)
 
     return background(work, "perfmodel-warm-up")
 
@@ -340,8 +334,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
                                  if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (float("inf"), False)))
     # the relaxed step's compile (when it is not compiled in this process), estimated from the scorer's
-    kind = gs.step_kind(restarts, system, model)
-    step_name = f"relaxed step {gs._cache_key(restarts, system, model)!r} {kind}"   # its name in the cache's marks
+    kind, step_key = gs.step_kind(restarts, system, model), gs._cache_key(restarts, system, model)
+    step_name = f"relaxed step {step_key!r} {kind}"   # its name in the cache's marks
     compile_cost = RELAXED_COMPILE[kind] * eval_compile
     if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
         compile_cost *= SCORER_COMPILE_OVER_LOAD
@@ -350,7 +344,6 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # main work: there the compile waits for the half, as before (synthetic-300 / h100-64 at 60 s, the
     # step compiling beside the descent: the start refined to 14.82 ms instead of 14.21, 11.98 at the end
     # instead of 11.91)
-    step_key = gs._cache_key(restarts, system, model)
     compiling = _STEP_COMPILING.get(step_key)          # compiling already (co-design's warm-up: _compile_step_ahead)
     if (compiling is None or not compiling.is_alive()) and not gs.is_compiled(restarts, system, model) and \
             kind == "quick" and ls.exhaustive and \
