@@ -26,7 +26,7 @@ from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
-from .local import EXHAUSTIVE, LocalSearch
+from .local import LocalSearch, is_exhaustive
 from .pack import rebalance
 from .relax import make_masks, round_params
 
@@ -326,6 +326,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     search (seeded kicks of the best plan, each refined) with the time left. Best plan wins."""
     from . import gradient as gs
 
+    unbounded = deadline - t0 > 1e8                     # budget_s=None
     with _CompileClock() as clock:
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
     ls.record(float(greedy_score))
@@ -334,8 +335,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
                                  if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (float("inf"), False)))
     # the relaxed step's compile (when it is not compiled in this process), estimated from the scorer's
-    kind, step_key = gs.step_kind(restarts, system, model), gs._cache_key(restarts, system, model)
-    step_name = f"relaxed step {step_key!r} {kind}"   # its name in the cache's marks
+    kind, step_key, step_name = _step_names(restarts, system, model)
     compile_cost = RELAXED_COMPILE[kind] * eval_compile
     if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
         compile_cost *= SCORER_COMPILE_OVER_LOAD
@@ -347,7 +347,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     compiling = _STEP_COMPILING.get(step_key)          # compiling already (co-design's warm-up: _compile_step_ahead)
     if (compiling is None or not compiling.is_alive()) and not gs.is_compiled(restarts, system, model) and \
             kind == "quick" and ls.exhaustive and \
-            (deadline - t0 > 1e8 or compile_cost <= BACKGROUND_SHARE * (deadline - time.time())):
+            (unbounded or compile_cost <= BACKGROUND_SHARE * (deadline - time.time())):
         compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name),
                                "perfmodel-relaxed-step")
         _STEP_COMPILING[step_key] = compiling
@@ -369,7 +369,6 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         best_plan, best = greedy, float(greedy_score)
     notes = {"start": name, "refined_start_s": best, "gradient_steps": 0}
     converged = True
-    unbounded = deadline - t0 > 1e8                     # budget_s=None
     # the relaxed phase's cost before its first rounding: the compile (when the step is not compiled in
     # this process) or the steps (when it is; a warm search with a small budget has no time for them)
     if compiling is not None:     # it had the descent's time; it may take RELAXED_SHARE of what is left
@@ -448,10 +447,20 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     return best_plan, notes, converged
 
 
+def _step_names(restarts, system, model) -> tuple[str, tuple, str]:
+    """The relaxed step's kind ("quick" or "optimized"), its problem-shape key, and its name in the
+    persistent cache's marks."""
+    from . import gradient as gs
+
+    kind, key = gs.step_kind(restarts, system, model), gs._cache_key(restarts, system, model)
+    return kind, key, f"relaxed step {key!r} {kind}"
+
+
 def _compile_step(restarts, system, model, masks, warm, step_name):
     """Compile the relaxed step (one step of throw-away restarts): what _gradient's first relaxed
-    batch would otherwise compile. Only then is it compiled for gradient.is_compiled (a search that
-    asks while this runs prices the compile itself); marked kept, as the batch does."""
+    batch would otherwise compile. Registered in _STEP_COMPILING while it runs (a search waits for
+    it rather than compiling its own); only when done is it compiled for gradient.is_compiled; marked
+    kept, as the batch does."""
     from . import gradient as gs
 
     key = gs._cache_key(restarts, system, model)
@@ -476,13 +485,11 @@ def _compile_step_ahead(system, model, restarts, precisions, sharding_types):
     small instance's and not compiled in this process."""
     from . import gradient as gs
 
-    kind = gs.step_kind(restarts, system, model)
-    if gs.is_compiled(restarts, system, model) or kind != "quick" or \
-            model.tables.count * system.num_chips > EXHAUSTIVE:
+    kind, _, name = _step_names(restarts, system, model)
+    if gs.is_compiled(restarts, system, model) or kind != "quick" or not is_exhaustive(system, model):
         return
     masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
-    _compile_step(restarts, system, model, masks, stand_in(system, model),
-                  f"relaxed step {gs._cache_key(restarts, system, model)!r} {kind}")
+    _compile_step(restarts, system, model, masks, stand_in(system, model), name)
 
 
 def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool, int]:

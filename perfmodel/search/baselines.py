@@ -22,7 +22,7 @@ from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import CW, PlanArrays
 from ..workload import RankingModel
-from .local import INFEASIBLE, batch_size, score_of, score_plans
+from .local import batch_size, note_progress, score_of, score_plans
 from .relax import Masks
 
 
@@ -52,16 +52,10 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
 _sample = jit(sample_plans, static_argnums=4)
 
 
-def _note(progress: list | None, score: float) -> None:
-    """Append (wall clock, score) to `progress` (the search's anytime profile) when `score` is a
-    feasible plan better than its last entry."""
-    if progress is not None and score < INFEASIBLE and (not progress or score < progress[-1][1]):
-        progress.append((time.time(), float(score)))
-
-
 def random_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float,
                   progress: list | None = None):
-    """Returns (best one-hot PlanArrays, its score, plans evaluated). progress: see _note."""
+    """Returns (best one-hot PlanArrays, its score, plans evaluated). progress: the anytime profile
+    to append to (local.note_progress), or None."""
     n = batch_size(system, model)
     sample = lambda k: _sample(k, system, model, masks, n)
     score = lambda b: score_plans(system, model, b)
@@ -75,7 +69,8 @@ def random_search(system: System, model: RankingModel, masks: Masks, *, seed: in
         j = int(np.argmin(sc))
         if sc[j] < best:
             best, best_pa = float(sc[j]), jax.tree_util.tree_map(lambda x: x[j], batch)
-            _note(progress, best)
+            if progress is not None:
+                note_progress(progress, best)
         if time.time() > deadline:
             break
     return best_pa, best, count
@@ -119,8 +114,8 @@ def _generation(key, pop, fit, system, model, masks, n, pm):
 
 def evolutionary_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float,
                         seeds: list[PlanArrays] = (), mutation: float | None = None, progress: list | None = None):
-    """Genetic algorithm; `seeds` (e.g. the greedy plan) join the first population. progress: see _note
-    (the population's best, read after each generation)."""
+    """Genetic algorithm; `seeds` (e.g. the greedy plan) join the first population. progress: the
+    anytime profile to append the population's best to after each generation (local.note_progress), or None."""
     n = batch_size(system, model)
     T = model.tables.count
     pm = jnp.float32(mutation if mutation is not None else min(0.5, 2.0 / T))
@@ -130,13 +125,14 @@ def evolutionary_search(system: System, model: RankingModel, masks: Masks, *, se
     for i, s in enumerate(seeds[:n]):
         pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
     fit = jnp.asarray(score_plans(system, model, pop))
-    _note(progress, float(jnp.min(fit)))
+    if progress is not None:
+        note_progress(progress, float(jnp.min(fit)))
     gens = 0
     while time.time() < deadline:
         key, sub = jax.random.split(key)
         pop, fit = _generation(sub, pop, fit, system, model, masks, n, pm)
         gens += 1
         if progress is not None:
-            _note(progress, float(np.min(np.asarray(fit))))
+            note_progress(progress, float(np.min(np.asarray(fit))))
     j = int(np.argmin(np.asarray(fit)))
     return jax.tree_util.tree_map(lambda x: x[j], pop), float(fit[j]), (gens + 1) * n

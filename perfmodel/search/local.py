@@ -42,6 +42,19 @@ TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's 
 PLATEAU_ROUNDS = 25
 
 
+def is_exhaustive(system: System, model: RankingModel) -> bool:
+    """Whether the instance is small: every table on every device is a move the local search tries
+    (tables x devices <= EXHAUSTIVE)."""
+    return model.tables.count * system.num_chips <= EXHAUSTIVE
+
+
+def note_progress(progress: list, score: float) -> None:
+    """Append (wall clock, score) to a search's anytime profile when `score` is a feasible plan's
+    better than the profile's last entry."""
+    if score < INFEASIBLE and (not progress or score < progress[-1][1]):
+        progress.append((time.time(), float(score)))
+
+
 def score_of(bd) -> jax.Array:
     """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity)."""
     over = jnp.sum(jnp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0)) / bd.capacity_bytes
@@ -168,15 +181,14 @@ class LocalSearch:
         self.max_batch = max_batch or batch_size(system, model)
         self.dims = np.asarray(model.tables.dim).astype(int)
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
-        self.exhaustive = T * D <= EXHAUSTIVE
+        self.exhaustive = is_exhaustive(system, model)
         tb = model.tables
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
         self.progress: list[tuple[float, float]] = []    # (wall clock, step): each new best feasible plan held
 
     def record(self, score: float) -> None:
         """Note the time when a plan of hard score `score` is held, if it is the best feasible one so far."""
-        if score < INFEASIBLE and (not self.progress or score < self.progress[-1][1]):
-            self.progress.append((time.time(), float(score)))
+        note_progress(self.progress, score)
 
     # ------------------------------------------------------------------ scoring
     def score(self, pa) -> float:
@@ -234,8 +246,9 @@ class LocalSearch:
         """Compile what a descent needs besides the batch scorer (_score_batch): the single-plan
         scorer (_details) and the first round's move batches, on a stand-in plan of the problem's
         shape (plan.stand_in). search runs this in a thread while the greedy start compiles the
-        batch scorer: XLA compiles with the GIL released, so on 2 cores the two compiles overlap. The batch scorer is not called here (two threads asking for one program
-        would both compile it). scorer_clock: a context manager around the single-plan scorer's call."""
+        batch scorer: XLA compiles with the GIL released, so on 2 cores the two compiles overlap. The
+        batch scorer is not called here (two threads asking for one program would both compile it).
+        scorer_clock: a context manager around the single-plan scorer's call."""
         plan = stand_in(self.system, self.model)
         pa = plan_arrays(plan, self.system, self.model)
         with scorer_clock():
