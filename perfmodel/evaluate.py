@@ -25,6 +25,7 @@ offload engines take no compute units and read each byte once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -35,9 +36,10 @@ from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
 from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
-from .hardware import System, _pytree, static
-from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, to_arrays, validate_plan
-from .workload import RankingModel
+from .config import ConfigError
+from .hardware import System, _pytree, load_system, static
+from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, load_plan, to_arrays, validate_plan
+from .workload import RankingModel, load_model
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
           "bottom_bwd", "emb_bwd", "dense_sync", "optimizer")
@@ -72,13 +74,40 @@ class Breakdown:
     num_chips: int = static(default=1)
 
 
-def evaluate(system: System, model: RankingModel, plan: Plan | PlanArrays, *, temperature: float = 0.0) -> Breakdown:
+def resolve(system: System | str | Path, model: RankingModel | str | Path,
+            plan: Plan | PlanArrays | str | Path | None = None):
+    """(system, model, plan) as objects: each one given as an object, or as a preset name or file
+    path that is loaded (the plan: a plan JSON). Anything else is a ConfigError naming the argument."""
+    if isinstance(system, (str, Path)):
+        system = load_system(system)
+    elif not isinstance(system, System):
+        raise ConfigError("", "system", f"must be a System, a preset name (e.g. 'mtia300-64') or a TOML path; "
+                          f"got {type(system).__name__}")
+    if isinstance(model, (str, Path)):
+        model = load_model(model)
+    elif not isinstance(model, RankingModel):
+        raise ConfigError("", "model", f"must be a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a "
+                          f"TOML/JSON path; got {type(model).__name__}")
+    if isinstance(plan, (str, Path)):
+        plan = load_plan(plan, system, model)
+    elif plan is not None and not isinstance(plan, (Plan, PlanArrays)):
+        raise ConfigError("", "plan", f"must be a Plan, PlanArrays or a plan JSON path; got {type(plan).__name__}")
+    return system, model, plan
+
+
+def evaluate(system: System | str, model: RankingModel | str, plan: Plan | PlanArrays | str, *,
+             temperature: float = 0.0) -> Breakdown:
     """Step time, breakdown, memory and cost of `plan` on `system` for `model`.
 
-    `plan` may be a discrete Plan (checked, then turned one-hot) or PlanArrays (one-hot or relaxed).
+    `plan` may be a discrete Plan (checked, then turned one-hot) or PlanArrays (one-hot or relaxed),
+    or a plan JSON's path; `system` and `model` objects, or preset names or file paths.
     temperature = 0 uses exact max/min; > 0 smooth ones (for gradient search over relaxed plans).
     Pure jnp: jit, vmap and grad go through it (with PlanArrays).
     """
+    if not (isinstance(system, System) and isinstance(model, RankingModel) and isinstance(plan, (Plan, PlanArrays))):
+        system, model, plan = resolve(system, model, plan)
+        if plan is None:
+            raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)

@@ -277,6 +277,29 @@ def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
         pm.search(pm.load_system("h100-8"), pm.load_model(huge), budget_s=5)
 
 
+def test_presets_and_paths_are_taken_by_name_and_other_types_get_one_clear_error(tmp_path):
+    """search and evaluate take a System / RankingModel, or a preset name or file path; a plan JSON's
+    path for the plan. Anything else, and a start plan made for another system, is one ConfigError
+    naming the argument (not a jax tracing error)."""
+    system, model = pm.load_system("mtia300-64"), pm.load_model("dlrm-dcnv2-mlperf")
+    by_object = pm.search(system, model, method="greedy")
+    by_name = pm.search("mtia300-64", "dlrm-dcnv2-mlperf", method="greedy")
+    assert by_name.plan == by_object.plan and by_name.step_s == by_object.step_s
+    path = tmp_path / "plan.json"
+    by_object.plan.save(path)
+    assert float(pm.evaluate("mtia300-64", "dlrm-dcnv2-mlperf", str(path)).step_s) == pytest.approx(by_object.step_s, rel=1e-6)
+    with pytest.raises(pm.ConfigError, match="field 'system': must be a System, a preset name"):
+        pm.search(64, model)
+    with pytest.raises(pm.ConfigError, match="field 'model': must be a RankingModel.*got float"):
+        pm.evaluate(system, 3.0, by_object.plan)
+    with pytest.raises(pm.ConfigError, match="field 'plan': is required"):
+        pm.evaluate(system, model, None)
+    with pytest.raises(pm.ConfigError, match="unknown system 'mtia9-64'"):
+        pm.search("mtia9-64", model, method="greedy")
+    with pytest.raises(pm.ConfigError, match=r"^start: field 'tables\.\w+\.ranks'"):
+        pm.search("h100-16", model, method="gradient", budget_s=5, start=by_object.plan)
+
+
 def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
     out = tmp_path / "plan.json"
     args = ["search", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--budget-s", "5", "--method", "greedy",

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cache import is_kept, mark_kept
 from ..config import ConfigError
-from ..evaluate import Breakdown, evaluate
+from ..evaluate import Breakdown, evaluate, resolve
 from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
@@ -213,7 +213,7 @@ def _check(method: str, budget_s, restarts: int, precisions) -> None:
         raise ConfigError("", "precisions", f"{bad or precisions!r}: allowed {', '.join(PRECISIONS)}")
 
 
-def search(system: System, model: RankingModel, method: str = "gradient", *, seed: int = 0,
+def search(system: System | str, model: RankingModel | str, method: str = "gradient", *, seed: int = 0,
            budget_s: float | None = 60.0, restarts: int = 8, steps: int = 150,
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
@@ -227,9 +227,15 @@ def search(system: System, model: RankingModel, method: str = "gradient", *, see
     co_design: a hardware knob ('nic_split', 'scale_out_bw') searched with the plan (alternating the
     plan search and a vectorized scan of the knob, all within budget_s); the result's `system` carries
     the chosen value and notes['co_design'] says what it bought.
+    system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
     _check(method, budget_s, restarts, precisions)
+    system, model, start = resolve(system, model, start)
+    if start is not None and not isinstance(start, Plan):
+        start = from_arrays(start, system, model)
+    if start is not None:
+        validate_plan(start, system, model, src="start")     # before any time is spent on it
     if co_design is not None:
         from .codesign import co_design as run_co_design, knob_spec
         knob_spec(co_design, system)
