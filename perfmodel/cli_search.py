@@ -23,7 +23,12 @@ def register(sub) -> None:
     p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed gives the same plan when the "
                    "search converges within its budget)")
-    p.add_argument("--budget-s", type=float, default=60.0, help="wall-clock budget per method, seconds (default 60)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock budget per method, seconds (default 60)")
+    budget.add_argument("--until-converged", action="store_true",
+                        help="no time budget: the gradient search runs every phase to its end, so the same seed gives "
+                        "the same plan and figures on any machine; --compare's random and evolutionary get the wall "
+                        "time it took")
     p.add_argument("--compare", default="", help="comma-separated baselines to run with the same budget, "
                    "e.g. greedy,random,evolutionary")
     p.add_argument("--precisions", default="fp32", help="precisions the all-to-all and gradient sync may use, "
@@ -50,10 +55,17 @@ def _cmd_search(args) -> int:
     for m in methods:
         if m not in METHODS:
             raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)}")
+    if args.until_converged and args.method in ("random", "evolutionary"):
+        raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
+                          "converges: give --budget-s (--until-converged is for gradient, greedy and exact)")
     precisions = tuple(p for p in args.precisions.split(",") if p)
-    results = []
+    results, budgets = [], []
     for m in methods:
-        results.append(search(system, model, m, seed=args.seed, budget_s=args.budget_s, precisions=precisions,
+        budget = args.budget_s
+        if args.until_converged:      # the baselines that sample until their budget is spent: the first one's time
+            budget = results[0].wall_s if results and m in ("random", "evolutionary") else None
+        budgets.append(budget)
+        results.append(search(system, model, m, seed=args.seed, budget_s=budget, precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
                               progress=not args.no_progress and not args.json))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
@@ -64,13 +76,16 @@ def _cmd_search(args) -> int:
         out = {"system": system.name, "model": model.name, "results": [{
             "method": r.method, "step_s": r.step_s, "samples_per_s": r.samples_per_s, "feasible": r.feasible,
             "memory_headroom": r.memory_headroom, "gap_to_best": r.step_s / best.step_s - 1.0, "wall_s": r.wall_s,
-            "converged": r.converged, "evaluations": r.evaluations,
-            "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r in results],
+            "budget_s": b, "converged": r.converged, "evaluations": r.evaluations,
+            "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r, b in zip(results, budgets)],
             "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown)}
         print(json.dumps(out, indent=2, default=float))
         return 0
+    budget = (f"no time budget, {args.method} until it converged" + (
+        f" ({results[0].wall_s:.1f} s; random and evolutionary given as long)" if len(results) > 1 else "")
+        if args.until_converged else f"budget {args.budget_s:g} s per method")
     print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
-          f"seed {args.seed}, budget {args.budget_s:g} s per method")
+          f"seed {args.seed}, {budget}")
     # "found at": when the method first held its final plan (the last entry of its anytime profile): a
     # result found early in the budget would not gain from a larger one
     print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}{'found at':>10}")

@@ -9,6 +9,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.cli import main
+from perfmodel.search.api import RELAXED_BATCHES
 from perfmodel.search.exact import exact_plan, subproblem_plan
 from perfmodel.search.instances import small_instance
 
@@ -79,10 +80,13 @@ def test_the_quick_compiled_relaxed_gradient_is_the_optimized_one(small_setup):
 
 
 def test_same_seed_same_plan_and_figures(small_setup):
+    """Same seed, same plan, whether the search had a budget it did not need or no budget at all
+    (budget_s=None: every phase runs to its end, whatever the machine's speed)."""
     system, model = small_setup
     a = pm.search(system, model, "gradient", seed=3, budget_s=120)
-    b = pm.search(system, model, "gradient", seed=3, budget_s=120)
+    b = pm.search(system, model, "gradient", seed=3, budget_s=None)
     assert a.converged and b.converged
+    assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2
     assert a.notes["gradient_steps"] > 0 and "nonfinite_gradient_entries" not in a.notes
     assert a.plan.to_dict() == b.plan.to_dict()
     assert a.step_s == b.step_s
@@ -267,6 +271,8 @@ def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
         pm.search(system, model, budget_s=0)
     with pytest.raises(pm.ConfigError, match="allowed: gradient, greedy, random, evolutionary, exact"):
         pm.search(system, model, method="annealing")
+    with pytest.raises(pm.ConfigError, match="budget_s.*random samples until its budget is spent"):
+        pm.search(system, model, method="random", budget_s=None)
     with pytest.raises(pm.ConfigError, match="exact takes at most"):
         pm.search(pm.load_system("mtia300-64"), pm.load_model("dlrm-small"), method="exact")
     huge = tmp_path / "huge.toml"
@@ -317,6 +323,19 @@ def test_cli_search_writes_a_plan_evaluate_reads_back(tmp_path, capsys):
     assert main(args) == 2                                   # --out exists: refused
     assert "exists already" in capsys.readouterr().err
     assert main(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--budget-s", "-1"]) == 2
+
+
+def test_cli_until_converged_has_no_budget_and_gives_the_samplers_the_first_methods_time(capsys):
+    base = ["search", "--system", "h100-8", "--model", "dlrm-small", "--no-progress"]
+    assert main(base + ["--method", "greedy", "--compare", "random", "--until-converged", "--json"]) == 0
+    greedy, rand = json.loads(capsys.readouterr().out)["results"]
+    assert greedy["budget_s"] is None and greedy["converged"]
+    assert rand["budget_s"] == greedy["wall_s"] and rand["evaluations"] > 0
+    assert main(base + ["--method", "random", "--until-converged"]) == 2
+    assert "field '--until-converged': random samples until its budget is spent" in capsys.readouterr().err
+    with pytest.raises(SystemExit):       # argparse: one budget or the other
+        main(base + ["--budget-s", "5", "--until-converged"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_cli_co_design_says_where_each_row_ran(capsys):

@@ -93,14 +93,18 @@ class _Progress:
     work is long XLA calls that cannot report progress themselves)."""
 
     def __init__(self, enabled: bool, budget_s: float | None, desc: str):
-        self.enabled = enabled and budget_s is not None
+        self.enabled = enabled
         self.budget, self.desc, self.t0 = budget_s, desc, time.time()
 
     def __enter__(self):
         if self.enabled:
             from tqdm import tqdm
-            self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
+            if self.budget is None:          # no budget: the time so far
+                self.bar = tqdm(total=None, desc=self.desc, unit="s", leave=False,
+                                bar_format="{desc}: {n:.0f} s, until it converges")
+            else:
+                self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
             self.stop = threading.Event()
             self.thread = threading.Thread(target=self._tick, daemon=True)
             self.thread.start()
@@ -108,7 +112,7 @@ class _Progress:
 
     def _tick(self):
         while not self.stop.wait(0.5):
-            self.bar.n = min(time.time() - self.t0, self.budget)
+            self.bar.n = time.time() - self.t0 if self.budget is None else min(time.time() - self.t0, self.budget)
             self.bar.refresh()
 
     def __exit__(self, *exc):
@@ -206,6 +210,9 @@ def _check(method: str, budget_s, restarts: int, precisions) -> None:
         raise ConfigError("", "method", f"is {method!r}; allowed: {', '.join(METHODS)}")
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0 and np.isfinite(budget_s)):
         raise ConfigError("", "budget_s", f"must be a number of seconds > 0, got {budget_s!r}")
+    if budget_s is None and method in ("random", "evolutionary"):
+        raise ConfigError("", "budget_s", f"is None, but {method} samples until its budget is spent: give a number of "
+                          "seconds > 0 (None, no limit, is for gradient, greedy and exact, which stop by themselves)")
     if not isinstance(restarts, int) or restarts < 1:
         raise ConfigError("", "restarts", f"must be an integer >= 1, got {restarts!r}")
     bad = [p for p in precisions if p not in PRECISIONS]
@@ -219,6 +226,11 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            progress: bool = False) -> SearchResult:
     """The fastest memory-feasible plan `method` finds within `budget_s` seconds of wall time.
+
+    budget_s=None: no time limit. The gradient search then runs every phase to its end (each
+    descent until no move helps, every relaxed batch, every planned kick), so the same seed gives the
+    same plan and figures on any machine, however fast (r.converged is True). random and evolutionary
+    need a budget.
 
     precisions: the all-to-all and gradient precisions the plan may use (lower precision changes
     the numerics: fp32 only unless you allow more). sharding_types: the ones tables may use.
