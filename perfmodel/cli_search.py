@@ -27,7 +27,7 @@ def register(sub) -> None:
     budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock budget per method, seconds (default 60)")
     budget.add_argument("--until-converged", action="store_true",
                         help="no time budget: the gradient search runs every phase to its end, so the same seed gives "
-                        "the same plan and figures on any machine; --compare's random and evolutionary get the wall "
+                        "the same plan and figures however fast the machine; --compare's random and evolutionary get the wall "
                         "time it took")
     p.add_argument("--compare", default="", help="comma-separated baselines to run with the same budget, "
                    "e.g. greedy,random,evolutionary")

@@ -229,7 +229,7 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
 
     budget_s=None: no time limit. The gradient search then runs every phase to its end (each
     descent until no move helps, every relaxed batch, every planned kick), so the same seed gives the
-    same plan and figures on any machine, however fast (r.converged is True). random and evolutionary
+    same plan and figures however fast the machine (r.converged is True). random and evolutionary
     need a budget.
 
     precisions: the all-to-all and gradient precisions the plan may use (lower precision changes
