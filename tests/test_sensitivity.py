@@ -90,3 +90,7 @@ def test_format_and_bad_metric(small, mtia16):
     assert "peak bf16 compute" in text and "more parameters" in lines[-1]
     with pytest.raises(pm.ConfigError, match="metric.*allowed: step_s, usd_per_million_samples"):
         sensitivity(mtia16, small, plan, metric="latency")
+    # preset names work as the objects do; another type is one error naming the argument
+    assert format_sensitivity(sensitivity("mtia300-16", "dlrm-small", plan), "step_s", top=5, title="x") == text
+    with pytest.raises(pm.ConfigError, match="field 'model': must be a RankingModel"):
+        sensitivity(mtia16, 7, plan)

@@ -90,6 +90,11 @@ def test_sweep_equals_pointwise_evaluation(mtia_small):
     # more scale-out bandwidth never slows the step; fp8/bf16 all-to-alls move half the bytes
     assert np.all(t["step_s"][8:] <= t["step_s"][:8] * (1 + 1e-6))
     assert np.all(t["output_dist_busy_max_s"][2::4] < t["output_dist_busy_max_s"][0::4])
+    # preset names work as the objects do (sweep, compare)
+    named = tbl.columns(sweep("mtia300-64", "dlrm-small", vary, plan=plan))
+    assert np.array_equal(named["step_s"], t["step_s"])
+    row = tbl.columns(pm.compare(["mtia300-64"], "dlrm-small", plan=lambda s, m: plan))
+    assert row["step_s"][0] == pytest.approx(float(pm.evaluate(system, model, plan).step_s), rel=1e-6)
 
 
 def test_chunked_sweep_equals_separate_calls(mtia_small):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cache import jit
 from ..config import ConfigError
-from ..evaluate import evaluate
+from ..evaluate import evaluate, resolve
 from ..hardware import GB, GBPS, TF, US, System
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
@@ -122,6 +122,7 @@ def sensitivity(system: System, model: RankingModel, plan: Plan | PlanArrays | N
     """
     if metric not in METRICS:
         raise ConfigError("", "metric", f"is {metric!r}; allowed: {', '.join(METRICS)}")
+    system, model, plan = resolve(system, model, plan)      # preset names and paths work too
     if plan is None:
         from ..search.greedy import default_plan
         plan = default_plan(system, model)

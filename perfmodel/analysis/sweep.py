@@ -30,7 +30,7 @@ import numpy as np
 
 from ..cache import jit
 from ..config import ConfigError
-from ..evaluate import PHASES, Breakdown, evaluate
+from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
 from ..plan import Plan, PlanArrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
@@ -203,6 +203,7 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     object whose .plan is the Plan), e.g. replan=lambda s, m: pm.search(s, m, budget_s=5). chunk: points per vmapped call (default by problem size).
     Bad knob names or values raise ConfigError naming the knob and what is allowed.
     """
+    system, model, _ = resolve(system, model)      # preset names and paths work too
     names, enc, user = points(vary, paired)
     base = K.State(system, model, None)
     K.check_applies(names, base)
