@@ -271,6 +271,9 @@ def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
         pm.search(system, model, budget_s=0)
     with pytest.raises(pm.ConfigError, match="allowed: gradient, greedy, random, evolutionary, exact"):
         pm.search(system, model, method="annealing")
+    for field, bad in (("steps", 0), ("steps", 2.5), ("seed", -1), ("seed", "a"), ("budget_s", True)):
+        with pytest.raises(pm.ConfigError, match=f"field '{field}': must be"):
+            pm.search(system, model, **{"budget_s": 5, field: bad})
     with pytest.raises(pm.ConfigError, match="budget_s.*random samples until its budget is spent"):
         pm.search(system, model, method="random", budget_s=None)
     with pytest.raises(pm.ConfigError, match="exact takes at most"):

@@ -205,15 +205,21 @@ def background(work, name: str) -> threading.Thread:
     return thread
 
 
-def _check(method: str, budget_s, restarts: int, precisions) -> None:
+def _check(method: str, budget_s, restarts: int, precisions, seed=0, steps=1) -> None:
+    count = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
     if method not in METHODS:
         raise ConfigError("", "method", f"is {method!r}; allowed: {', '.join(METHODS)}")
-    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0 and np.isfinite(budget_s)):
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
+                                     and budget_s > 0 and np.isfinite(budget_s)):
         raise ConfigError("", "budget_s", f"must be a number of seconds > 0, got {budget_s!r}")
+    if not (count(seed) and seed >= 0):
+        raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
+    if not (count(steps) and steps >= 1):
+        raise ConfigError("", "steps", f"must be an integer >= 1 (relaxed gradient steps per batch), got {steps!r}")
     if budget_s is None and method in ("random", "evolutionary"):
         raise ConfigError("", "budget_s", f"is None, but {method} samples until its budget is spent: give a number of "
                           "seconds > 0 (None, no limit, is for gradient, greedy and exact, which stop by themselves)")
-    if not isinstance(restarts, int) or restarts < 1:
+    if not count(restarts) or restarts < 1:
         raise ConfigError("", "restarts", f"must be an integer >= 1, got {restarts!r}")
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
@@ -242,7 +248,7 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
-    _check(method, budget_s, restarts, precisions)
+    _check(method, budget_s, restarts, precisions, seed, steps)
     system, model, start = resolve(system, model, start)
     if start is not None and not isinstance(start, Plan):
         start = from_arrays(start, system, model)
