@@ -87,6 +87,10 @@ def test_same_seed_same_plan_and_figures(small_setup):
     b = pm.search(system, model, "gradient", seed=3, budget_s=None)
     assert a.converged and b.converged
     assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2
+    # where the time went: three phases, none negative, inside the wall time
+    phases = b.notes["phase_s"]
+    assert set(phases) == {"start", "relaxed", "kicks"} and min(phases.values()) >= 0
+    assert phases["relaxed"] > 0 and sum(phases.values()) <= b.wall_s
     assert a.notes["gradient_steps"] > 0 and "nonfinite_gradient_entries" not in a.notes
     assert a.plan.to_dict() == b.plan.to_dict()
     assert a.step_s == b.step_s
