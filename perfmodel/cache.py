@@ -15,17 +15,20 @@ import hashlib
 import os
 
 
-# Programs compiled in at least this long are kept on disk. jax's default (1 s) kept only the batched
-# scorer and the relaxed step of a search; the single-plan scorer (0.5-0.6 s) and the mixed-move
-# batch (0.25-0.35 s) were compiled again by every process. Smaller programs compile about as fast
-# as they load.
-MIN_CACHED_COMPILE_S = 0.2
+# Programs compiled in at least this long are kept on disk: all of them. jax's default (1 s) kept only
+# the batched scorer and the relaxed step of a search; 0.2 s added the single-plan scorer (0.5-0.6 s)
+# and the mixed-move batch (0.25-0.35 s), but a new process still compiled 15 small programs (moves,
+# swaps, padding) at its start, beside the others on 2 cores. Kept as well (19 entries, 556 kB for
+# MLPerf / h100-16, against 4 and 460 kB), a new process with a 2-s budget held its first plan at
+# 1.16-1.23 s instead of 1.28-1.51 and reached 2.730 ms in 5 runs of 5, against 3.46-6.13 ms
+# (benchmarks/bench_coldstart.py: new processes, pm.search("h100-16", "dlrm-dcnv2-mlperf", budget_s=2)).
+MIN_CACHED_COMPILE_S = 0.0
 
 
 def enable_compile_cache(folder: str | None = None) -> str | None:
     """Keep compiled XLA programs on disk between runs, in `folder`, else $PERFMODEL_CACHE_DIR, else
     ~/.cache/perfmodel/jax (an empty PERFMODEL_CACHE_DIR turns it off). Returns the folder used.
-    Programs that took >= MIN_CACHED_COMPILE_S to compile are kept."""
+    Every program is kept (MIN_CACHED_COMPILE_S)."""
     import jax
 
     if folder is None:
