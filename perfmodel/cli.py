@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .cache import enable_compile_cache
@@ -158,10 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     enable_compile_cache()
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()         # inside the try: a reader gone shows here, not at exit
+        return rc
     except ConfigError as err:
         print(f"perfmodel: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:        # the reader went away (`perfmodel search ... | head`): stop quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush
+        except (OSError, ValueError, AttributeError):    # a stdout with no file descriptor (captured)
+            pass
+        return 141
 
 
 if __name__ == "__main__":

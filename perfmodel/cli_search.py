@@ -94,6 +94,8 @@ def _cmd_search(args) -> int:
         found = f"{progress[-1][0]:>8.1f} s" if progress else f"{'-':>10}"
         print(f"{r.method:<14}{r.step_s * 1e3:>9.3f} ms{r.samples_per_s / 1e6:>11.3f} M {100 * r.memory_headroom:>12.1f} %"
               f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
+    if chosen.method == "gradient" and "phase_s" in chosen.notes:
+        print(search_status(chosen))
     print()
     print(describe_plan(chosen.plan, model))
     cd = chosen.notes.get("co_design")
@@ -109,6 +111,21 @@ def _cmd_search(args) -> int:
     if args.out:
         print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
     return 0
+
+
+def search_status(r) -> str:
+    """One line on how a gradient search ended: converged (the same seed gives this plan again,
+    whatever the machine's speed) or stopped by its budget, what was skipped, and where the time went."""
+    ph, n = r.notes["phase_s"], r.notes
+    how = ("converged: no descent was cut short, the same seed gives this plan again" if r.converged else
+           "stopped by its budget" + (("; the relaxed phase was skipped: its step was still compiling"
+                                       if "still compiling" in n["gradient_skipped"] else
+                                       "; the relaxed phase was skipped: its compile or steps would not fit the time left")
+                                      if "gradient_skipped" in n else ""))
+    relaxed = f"relaxed phase {ph['relaxed']:.1f} s ({n.get('relaxed_batches', 0)} batches)" if n.get("gradient_steps") else \
+        "no relaxed phase"
+    return (f"gradient search {how}. Time: start {ph['start']:.1f} s, {relaxed}, "
+            f"{n['kicks']} kicks {ph['kicks']:.1f} s.")
 
 
 def describe_plan(plan, model, max_rows: int = 12) -> str:

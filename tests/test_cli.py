@@ -195,3 +195,15 @@ def test_entry_point_runs_as_a_module():
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr
     assert "mtia300-{16,64,256,1024}" in proc.stdout and "dlrm-dcnv2-mlperf" in proc.stdout
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`perfmodel list | head -1`: the pipe closes before the command is done writing. The command
+    stops with the shell's SIGPIPE status (141) and no traceback (it was a BrokenPipeError
+    traceback from deep in the printing)."""
+    proc = subprocess.Popen([sys.executable, "-m", "perfmodel", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    proc.stdout.close()                  # before the child's first write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

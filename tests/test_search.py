@@ -338,6 +338,9 @@ def test_cli_until_converged_has_no_budget_and_gives_the_samplers_the_first_meth
     greedy, rand = json.loads(capsys.readouterr().out)["results"]
     assert greedy["budget_s"] is None and greedy["converged"]
     assert rand["budget_s"] == greedy["wall_s"] and rand["evaluations"] > 0
+    assert main(base + ["--until-converged"]) == 0          # the gradient search: the table says how it ended
+    status = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("gradient search "))
+    assert status.startswith("gradient search converged: no descent was cut short") and "8 batches" in status
     assert main(base + ["--method", "random", "--until-converged"]) == 2
     assert "field '--until-converged': random samples until its budget is spent" in capsys.readouterr().err
     with pytest.raises(SystemExit):       # argparse: one budget or the other
