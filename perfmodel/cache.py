@@ -18,9 +18,9 @@ import os
 # Programs compiled in at least this long are kept on disk: all of them. jax's default (1 s) kept only
 # the batched scorer and the relaxed step of a search; 0.2 s added the single-plan scorer (0.5-0.6 s)
 # and the mixed-move batch (0.25-0.35 s), but a new process still compiled 15 small programs (moves,
-# swaps, padding) at its start, beside the others on 2 cores. Kept as well (19 entries, 556 kB for
-# MLPerf / h100-16, against 4 and 460 kB), a new process with a 2-s budget held its first plan at
-# 1.16-1.23 s instead of 1.28-1.51 and reached 2.730 ms in 5 runs of 5, against 3.46-6.13 ms
+# swaps, padding) at its start, beside the others on 2 cores. Kept as well (19 entries, 528 kB for
+# MLPerf / h100-16, against 4 and 459 kB), a new process with a 2-s budget held its first plan at
+# 1.12 s instead of 1.38 (medians of 5) and reached 2.730 ms in 5 runs of 5, against 3.44-6.13 ms
 # (benchmarks/bench_coldstart.py: new processes, pm.search("h100-16", "dlrm-dcnv2-mlperf", budget_s=2)).
 MIN_CACHED_COMPILE_S = 0.0
 
