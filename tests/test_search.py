@@ -96,7 +96,7 @@ def test_same_seed_same_plan_and_figures(small_setup):
     assert a.step_s == b.step_s
 
 
-def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, monkeypatch):
+def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, monkeypatch, capsys):
     """Compiled in this process, the relaxed phase costs its steps, as last timed: a search starts it
     only when they take at most RELAXED_SHARE of the time left, else leaves the budget to the local
     search (at 0.24 s on h100-16 MLPerf the steps took it all: 3.03 ms instead of 2.77)."""
@@ -109,8 +109,11 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     assert gs.is_compiled(8, system, model) and gs.step_seconds(8, system, model) > 0
     key = gs._cache_key(8, system, model)
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1.0)          # 150 s of steps: never within a 5-s budget
-    slow = pm.search(system, model, "gradient", seed=0, budget_s=5)
+    slow = pm.search(system, model, "gradient", seed=0, budget_s=5, progress=True)
     assert slow.notes["gradient_steps"] == 0 and "gradient_skipped" in slow.notes
+    # the progress bar names the phase; skipped, the relaxed phase leaves the time to kicks, counted
+    bar = capsys.readouterr().err
+    assert "search gradient (kick " in bar and "relaxed batch" not in bar and not api.PHASE
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1e-6)
     fast = pm.search(system, model, "gradient", seed=0, budget_s=5)
     assert fast.notes["gradient_steps"] > 0 and "gradient_skipped" not in fast.notes

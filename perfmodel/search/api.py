@@ -99,6 +99,7 @@ class _Progress:
         self.budget, self.desc, self.t0 = budget_s, desc, time.time()
 
     def __enter__(self):
+        PHASE.pop("now", None)
         if self.enabled:
             from tqdm import tqdm
             if self.budget is None:          # no budget: the time so far
@@ -115,9 +116,12 @@ class _Progress:
     def _tick(self):
         while not self.stop.wait(0.5):
             self.bar.n = time.time() - self.t0 if self.budget is None else min(time.time() - self.t0, self.budget)
+            phase = PHASE.get("now")
+            self.bar.set_description_str(f"{self.desc} ({phase})" if phase else self.desc, refresh=False)
             self.bar.refresh()
 
     def __exit__(self, *exc):
+        PHASE.pop("now", None)
         if self.enabled:
             self.stop.set()
             self.thread.join()
@@ -167,6 +171,8 @@ class _CompileClock:
 # problem shape -> (seconds making the hard scorer as _CompileClock counts them, whether it was loaded
 # from the persistent cache), first measured
 _SCORER_COMPILE_S: dict = {}
+# the gradient search's phase now, for the progress bar ("start", "relaxed batch 2/8", "kick 12/30")
+PHASE: dict = {}
 
 
 _WARMED: set = set()       # problems whose descent programs _warm_up compiled (or is compiling) in this process
@@ -353,6 +359,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     from . import gradient as gs
 
     unbounded = deadline - t0 > 1e8                     # budget_s=None
+    PHASE["now"] = "start"
     with _CompileClock() as clock:
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
     ls.record(float(greedy_score))
@@ -401,6 +408,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # this process) or the steps (when it is; a warm search with a small budget has no time for them)
     if compiling is not None:     # it had the descent's time; it may take RELAXED_SHARE of what is left
         # (a descent that stopped on its own gets here early: a compile in flight is waited for, not repeated)
+        PHASE["now"] = "relaxed step compiling"
         compiling.join(timeout=max(RELAXED_SHARE * (deadline - time.time()), 0.0))
     still = compiling is not None and compiling.is_alive()
     if still:
@@ -433,6 +441,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
             return taken, scores, out, out_s, race_cut
 
         t_batch = time.time()
+        PHASE["now"] = f"relaxed batch 1/{RELAXED_BATCHES}"
         with _CompileClock() as compiling:
             taken, scores, p, s, race_cut = relaxed_batch(seed, greedy, None if start_done else best_plan)
         t_batch += compiling.seconds                 # a batch's time, its compile not counted
@@ -449,6 +458,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         batches = 1
         while batches < RELAXED_BATCHES and time.time() - t_batch <= 0.5 * (deadline - time.time()):
             t_batch = time.time()
+            PHASE["now"] = f"relaxed batch {batches + 1}/{RELAXED_BATCHES}"
             taken, _, p, s, race_cut = relaxed_batch([seed, batches], best_plan)
             converged &= taken == steps and not race_cut
             batches += 1
@@ -470,11 +480,13 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     while kicks < planned or more:
         if time.time() > deadline:
             break
+        PHASE["now"] = f"kick {kicks + 1}" + ("" if more else f"/{planned}")
         p, s = ls.run(ls.kick(best_plan, rng), deadline=deadline)
         kicks += 1
         if s < best * (1 - 1e-9):
             best_plan, best = p, s
     notes["kicks"] = kicks
+    PHASE.pop("now", None)
     # seconds in each phase: the start (compiles, greedy, its descent or race), the relaxed phase (the
     # wait for or the price of its compile, its batches and their races), the kicks
     notes["phase_s"] = {"start": round(t_start - t0, 3), "relaxed": round(t_relaxed - t_start, 3),
