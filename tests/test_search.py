@@ -113,7 +113,9 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     assert slow.notes["gradient_steps"] == 0 and "gradient_skipped" in slow.notes
     # the progress bar names the phase; skipped, the relaxed phase leaves the time to kicks, counted
     bar = capsys.readouterr().err
-    assert "search gradient (kick " in bar and "relaxed batch" not in bar and not api.PHASE
+    assert "relaxed batch" not in bar and not api.PHASE
+    if slow.notes["phase_s"]["kicks"] >= 1.0:       # the bar ticks every 0.5 s (a cold worker may start late)
+        assert "search gradient (kick " in bar
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1e-6)
     fast = pm.search(system, model, "gradient", seed=0, budget_s=5)
     assert fast.notes["gradient_steps"] > 0 and "gradient_skipped" not in fast.notes
