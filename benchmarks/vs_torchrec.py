@@ -351,11 +351,11 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     speed_cold = tr_wall / matched if matched else 0.0
     speed_quick = tr_wall / quick.wall_s
     # a new process that loads its programs from the persistent cache (a repeat user of the CLI)
-    reload_at, reload_step = cached_process(name, seed, min(budget_s, max(tr_wall, 1.0)), float(bd_tr.step_s))
+    reload_budget = min(budget_s, max(tr_wall, 1.0))
+    reload_at, reload_step = cached_process(name, seed, reload_budget, float(bd_tr.step_s))
     speed_reload = tr_wall / reload_at if reload_at else 0.0
     reloaded = (f"as fast as TorchRec's plan after {reload_at:.2f} s: {speed_reload:.2f}x" if reload_at else
-                "never as fast as TorchRec's plan") + f"; {reload_step * 1e3:.3f} ms at the end of its " \
-        f"{min(budget_s, max(tr_wall, 1.0)):.2f}-s budget"
+                "never as fast as TorchRec's plan") + f"; {reload_step * 1e3:.3f} ms at the end of its {reload_budget:.2f}-s budget"
     rate = {key: tr.rate(est[key]) for key in ("cold", "warm", "quick")}
     ok_cost = {key: rate[key] <= rate_tr * (1 + 1e-9) for key in rate}
     versus = lambda key: f"{rate[key]:.3f} ms, {100 * (rate[key] / rate_tr - 1):+.1f} %"

@@ -45,7 +45,7 @@ def register(sub) -> None:
 def _cmd_search(args) -> int:
     from . import load_model, load_system
     from .report import summary
-    from .search.api import METHODS, search
+    from .search.api import METHODS, SAMPLERS, search
 
     if args.out and Path(args.out).exists():
         raise ConfigError(args.out, "", "exists already; choose another name or remove it first")
@@ -55,7 +55,7 @@ def _cmd_search(args) -> int:
     for m in methods:
         if m not in METHODS:
             raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)}")
-    if args.until_converged and args.method in ("random", "evolutionary"):
+    if args.until_converged and args.method in SAMPLERS:
         raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
                           "converges: give --budget-s (--until-converged is for gradient, greedy and exact)")
     precisions = tuple(p for p in args.precisions.split(",") if p)
@@ -63,7 +63,7 @@ def _cmd_search(args) -> int:
     for m in methods:
         budget = args.budget_s
         if args.until_converged:      # the baselines that sample until their budget is spent: the first one's time
-            budget = results[0].wall_s if results and m in ("random", "evolutionary") else None
+            budget = results[0].wall_s if results and m in SAMPLERS else None
         budgets.append(budget)
         results.append(search(system, model, m, seed=args.seed, budget_s=budget, precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
@@ -116,10 +116,12 @@ def _cmd_search(args) -> int:
 def search_status(r) -> str:
     """One line on how a gradient search ended: converged (the same seed gives this plan again,
     whatever the machine's speed) or stopped by its budget, what was skipped, and where the time went."""
+    from .search.api import SKIPPED_COMPILING
+
     ph, n = r.notes["phase_s"], r.notes
     how = ("converged: no descent was cut short, the same seed gives this plan again" if r.converged else
            "stopped by its budget" + (("; the relaxed phase was skipped: its step was still compiling"
-                                       if "still compiling" in n["gradient_skipped"] else
+                                       if n["gradient_skipped"] == SKIPPED_COMPILING else
                                        "; the relaxed phase was skipped: its compile or steps would not fit the time left")
                                       if "gradient_skipped" in n else ""))
     relaxed = f"relaxed phase {ph['relaxed']:.1f} s ({n.get('relaxed_batches', 0)} batches)" if n.get("gradient_steps") else \

@@ -74,20 +74,31 @@ class Breakdown:
     num_chips: int = static(default=1)
 
 
+def as_system(system: System | str | Path) -> System:
+    """A System, or one loaded from a preset name or TOML path; anything else is a ConfigError."""
+    if isinstance(system, (str, Path)):
+        return load_system(system)
+    if not isinstance(system, System):
+        raise ConfigError("", "system", f"must be a System, a preset name (e.g. 'mtia300-64') or a TOML path; "
+                          f"got {type(system).__name__}")
+    return system
+
+
+def as_model(model: RankingModel | str | Path) -> RankingModel:
+    """A RankingModel, or one loaded from a preset name or TOML/JSON path; anything else is a ConfigError."""
+    if isinstance(model, (str, Path)):
+        return load_model(model)
+    if not isinstance(model, RankingModel):
+        raise ConfigError("", "model", f"must be a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a "
+                          f"TOML/JSON path; got {type(model).__name__}")
+    return model
+
+
 def resolve(system: System | str | Path, model: RankingModel | str | Path,
             plan: Plan | PlanArrays | str | Path | None = None):
     """(system, model, plan) as objects: each one given as an object, or as a preset name or file
     path that is loaded (the plan: a plan JSON). Anything else is a ConfigError naming the argument."""
-    if isinstance(system, (str, Path)):
-        system = load_system(system)
-    elif not isinstance(system, System):
-        raise ConfigError("", "system", f"must be a System, a preset name (e.g. 'mtia300-64') or a TOML path; "
-                          f"got {type(system).__name__}")
-    if isinstance(model, (str, Path)):
-        model = load_model(model)
-    elif not isinstance(model, RankingModel):
-        raise ConfigError("", "model", f"must be a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a "
-                          f"TOML/JSON path; got {type(model).__name__}")
+    system, model = as_system(system), as_model(model)
     if isinstance(plan, (str, Path)):
         plan = load_plan(plan, system, model)
     elif plan is not None and not isinstance(plan, (Plan, PlanArrays)):

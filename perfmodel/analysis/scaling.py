@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..evaluate import Breakdown, evaluate
+from ..evaluate import Breakdown, as_model, as_system, evaluate
 from ..hardware import System, load_system
-from ..workload import RankingModel, load_model
+from ..workload import RankingModel
 from .table import make_table
 
 MODES = ("strong", "weak")
@@ -38,23 +38,16 @@ def _as_plan(result):
     return getattr(result, "plan", result)
 
 
-def _system(s) -> System:
-    return s if isinstance(s, System) else load_system(s)
-
-
-def _model(m) -> RankingModel:
-    """A RankingModel, or one loaded from a preset name or file path."""
-    return m if isinstance(m, RankingModel) else load_model(m)
 
 
 def evaluate_systems(systems: Sequence, model: RankingModel, plan: Callable | None = None) -> dict[str, Breakdown]:
     """{system name: Breakdown} of `model` on each system (names or Systems), each with its own plan
     (the default plan unless `plan(system, model)` is given)."""
     make = _planner(plan)
-    model = _model(model)
+    model = as_model(model)
     out = {}
     for s in systems:
-        system = _system(s)
+        system = as_system(s)
         out[system.name] = evaluate(system, model, _as_plan(make(system, model)))
     return out
 
@@ -90,7 +83,7 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     if not chips or chips[0] < 1:
         raise ConfigError("", "chips", "must list chip counts >= 1")
     name = system.name if isinstance(system, System) else str(system)
-    model = _model(model)
+    model = as_model(model)
     make = _planner(plan)
     n0 = chips[0]
     b0 = float(model.global_batch)

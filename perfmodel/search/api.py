@@ -31,6 +31,10 @@ from .pack import rebalance
 from .relax import make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
+SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent: they need one
+# why a gradient search skipped its relaxed phase (notes["gradient_skipped"])
+SKIPPED_NO_TIME = "the relaxed step's estimated compile or steps exceed RELAXED_SHARE of the time left"
+SKIPPED_COMPILING = "the relaxed step was still compiling"
 # the relaxed step's first call over the single-plan scorer's, both as _CompileClock counts them
 # (trace + lowering + compile, or + load from the persistent cache), by how the step compiles
 # (gradient.step_for; both scorers compile quick). On 2 cores, MLPerf on h100-16 (quick): 4.35 / 0.70 s
@@ -224,7 +228,7 @@ def _check(method: str, budget_s, restarts: int, precisions, seed=0, steps=1) ->
         raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
     if not (count(steps) and steps >= 1):
         raise ConfigError("", "steps", f"must be an integer >= 1 (relaxed gradient steps per batch), got {steps!r}")
-    if budget_s is None and method in ("random", "evolutionary"):
+    if budget_s is None and method in SAMPLERS:
         raise ConfigError("", "budget_s", f"is None, but {method} samples until its budget is spent: give a number of "
                           "seconds > 0 (None, no limit, is for gradient, greedy and exact, which stop by themselves)")
     if not count(restarts) or restarts < 1:
@@ -311,7 +315,7 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     elif method == "gradient":
         plan, notes, converged = _gradient(system, model, masks, ls, greedy, seed=seed, restarts=restarts,
                                            steps=steps, t0=t0, deadline=deadline, settings_of=settings_of)
-    elif method in ("random", "evolutionary"):
+    elif method in SAMPLERS:
         from .baselines import evolutionary_search, random_search
         if method == "random":
             pa, _, evaluations = random_search(system, model, masks, seed=seed, deadline=deadline, progress=ls.progress)
@@ -325,7 +329,7 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         from .exact import exact_plan
         plan, notes["milp"] = exact_plan(system, model, greedy)
 
-    if method in ("gradient", "random", "evolutionary"):
+    if method == "gradient" or method in SAMPLERS:
         # the anytime profile: when each better feasible plan was held (seconds since the call, step_s)
         notes["progress"] = [[round(t - t0, 4), s] for t, s in ls.progress]
     if method == "gradient":
@@ -467,8 +471,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         notes["relaxed_batches"] = batches
         converged &= batches == RELAXED_BATCHES
     else:
-        notes["gradient_skipped"] = ("the relaxed step's estimated compile or steps exceed RELAXED_SHARE of the time left"
-                                     if not still else "the relaxed step was still compiling")
+        notes["gradient_skipped"] = SKIPPED_COMPILING if still else SKIPPED_NO_TIME
         converged = False
     t_relaxed = time.time()
     # iterated local search: kick the best plan (a few seeded random table moves), refine, keep if better.
