@@ -74,24 +74,24 @@ class Breakdown:
     num_chips: int = static(default=1)
 
 
+def _loaded(value, cls, load, field: str, allowed: str):
+    """`value` if it is a `cls`; load(value) if it is a name or path; else a ConfigError naming `field`."""
+    if isinstance(value, (str, Path)):
+        return load(value)
+    if not isinstance(value, cls):
+        raise ConfigError("", field, f"must be {allowed}; got {type(value).__name__}")
+    return value
+
+
 def as_system(system: System | str | Path) -> System:
     """A System, or one loaded from a preset name or TOML path; anything else is a ConfigError."""
-    if isinstance(system, (str, Path)):
-        return load_system(system)
-    if not isinstance(system, System):
-        raise ConfigError("", "system", f"must be a System, a preset name (e.g. 'mtia300-64') or a TOML path; "
-                          f"got {type(system).__name__}")
-    return system
+    return _loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
 
 
 def as_model(model: RankingModel | str | Path) -> RankingModel:
     """A RankingModel, or one loaded from a preset name or TOML/JSON path; anything else is a ConfigError."""
-    if isinstance(model, (str, Path)):
-        return load_model(model)
-    if not isinstance(model, RankingModel):
-        raise ConfigError("", "model", f"must be a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a "
-                          f"TOML/JSON path; got {type(model).__name__}")
-    return model
+    return _loaded(model, RankingModel, load_model, "model",
+                   "a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a TOML/JSON path")
 
 
 def resolve(system: System | str | Path, model: RankingModel | str | Path,
