@@ -30,6 +30,11 @@ For the same tables and topology, per case:
        storage; the shards get perfmodel's ranks and the same NoopPerfModel rates them. TorchRec's plan is
        sent through the same round trip (import to perfmodel, export back) as a check of the mapping.
      - A fourth row: perfmodel's search started from TorchRec's plan (`start=`), what perfmodel would change.
+     - A fifth: perfmodel's search guarded by TorchRec's estimate (`guard=`, perfmodel.search.guard): every
+       table's per-shard perf.total for each sharding type, from TorchRec's EmbeddingEnumerator and
+       estimators (TorchRecSide.shard_costs), summed per rank as NoopPerfModel does, capped at TorchRec's
+       own plan's estimate: the fastest plan by perfmodel's step that TorchRec's estimator rates no worse
+       than its own choice. Its scorers compile in it (the relaxed step is compiled by then).
      - HBM: the largest per-rank HBM TorchRec's storage estimator gives, against TorchRec's per-rank budget
        after its HeuristicalStorageReservation (15 %).
   4. perfmodel again with a tenth of TorchRec's planning time as its budget, in the same (now warm) process.
@@ -38,7 +43,7 @@ For the same tables and topology, per case:
      timed, each with TorchRec's planning time as budget (at least 1 s, at most --budget-s); its
      planning time is when it first held a plan as fast, by perfmodel's step, as TorchRec's.
 Targets (issue 3): planning >= 10x faster than TorchRec's planner and a plan whose TorchRec-estimated cost is
-no worse than TorchRec's own choice; judged twice: cold (the first search in the process, compilation
+no worse than TorchRec's own choice (the guarded search's plan is judged on both models); judged twice: cold (the first search in the process, compilation
 included, at --budget-s: its planning time is when it first held a plan at least as fast, by perfmodel's
 step, as TorchRec's, from its anytime profile notes["progress"]; its plan is the one at the end of the
 budget) and warm (the 1/10-time search: a notebook or sweep script planning repeatedly).
@@ -195,6 +200,42 @@ class TorchRecSide:
         return options
 
 
+    def shard_costs(self, system, model, cap_ms: float):
+        """TorchRec's estimator as a perfmodel guard (perfmodel.search.guard.ShardCosts): every table's
+        per-shard perf.total (ms) for each sharding type perfmodel can place (data-parallel with the
+        dense kernel, the others fused in HBM; column-wise for every shard count perfmodel allows), from
+        TorchRec's own EmbeddingEnumerator and EmbeddingPerfEstimator, with TorchRec's NoopPerfModel
+        sum per rank: the guard's value of a plan is TorchRec's rate of it. cap_ms: the cap."""
+        from perfmodel.search.guard import ShardCosts
+        from perfmodel.search.relax import cw_options
+        from torchrec.distributed.planner import ParameterConstraints
+        from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+        def enumerate_(sharding_types, kernels, k=None):
+            cons = {n: ParameterConstraints(sharding_types=sharding_types, compute_kernels=kernels,
+                                            pooling_factors=[float(p)],
+                                            min_partition=int(d) // k[n] if k is not None and n in k else None)
+                    for n, p, d in zip(self.names, self.pool, self.dims)}
+            enum = EmbeddingEnumerator(topology=self.topology, batch_size=self.batch, constraints=cons)
+            return [so for so in enum.enumerate(self.module, self.sharders) if so.compute_kernel in kernels]
+
+        tables = {n: {} for n in self.names}
+        per_shard = lambda so: [float(s.perf.total) for s in so.shards]
+        for so in enumerate_(["data_parallel"], ["dense"]):
+            tables[so.name]["data_parallel"] = per_shard(so)
+        for so in enumerate_(["table_wise", "row_wise", "table_row_wise"], ["fused"]):
+            costs = per_shard(so)
+            tables[so.name][so.sharding_type] = costs[0] if so.sharding_type == "table_wise" else costs
+        ks = {n: cw_options(int(d), self.world) for n, d in zip(self.names, self.dims)}
+        for k in sorted({k for v in ks.values() for k in v}):
+            want = {n: k for n in self.names if k in ks[n]}
+            for so in enumerate_(["column_wise"], ["fused"], want):
+                if so.name in want and len(so.shards) == k:
+                    tables[so.name].setdefault("column_wise", {})[str(k)] = max(per_shard(so))
+        return ShardCosts.from_dict(system, model, {"name": "TorchRec's estimate (NoopPerfModel)", "unit": "ms",
+                                                    "cap": cap_ms, "tables": tables}, src="TorchRec's estimator")
+
+
 def import_torchrec_plan(options, system, model):
     """TorchRec's ShardingOptions as a perfmodel Plan (table placements; settings chosen by perfmodel).
 
@@ -324,9 +365,17 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
                                                            ("refined", refined))}
     rate_tr = tr.rate(options)
     hbm_tr, budget = tr.hbm(options)
+    # perfmodel's search guarded by TorchRec's estimate: the fastest plan (perfmodel's step) whose TorchRec
+    # estimate is at most TorchRec's own plan's (its per-shard costs from TorchRec's estimator, the cap
+    # its planner's figure); the first search with a guard in this process: its scorers compile
+    guard = tr.shard_costs(system, model, rate_tr)
+    guarded = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, guard=guard)
+    with _quiet():
+        est["guarded"] = tr.options_for(guarded.plan)
     rows = [("TorchRec planner", tr_wall, float(bd_tr.step_s), bool(bd_tr.feasible), rate_tr, hbm_tr, kinds(tr_plan))]
     for label, key, r in (("perfmodel gradient, cold", "cold", cold), ("perfmodel gradient, warm", "warm", warm),
-                          ("perfmodel, 1/10 TorchRec", "quick", quick), ("perfmodel from TorchRec's", "refined", refined)):
+                          ("perfmodel, 1/10 TorchRec", "quick", quick), ("perfmodel from TorchRec's", "refined", refined),
+                          ("perfmodel, TorchRec-guarded", "guarded", guarded)):
         rows.append((label, r.wall_s, r.step_s, r.feasible, tr.rate(est[key]), tr.hbm(est[key])[0], kinds(r.plan)))
     print(f"    {'plan':<26}{'planning wall':>14}{'perfmodel step':>16}{'TorchRec est.':>15}{'TorchRec HBM max':>18}  sharding types (as perfmodel reads them)")
     for label, wall, step, feas, rate, hbm, kk in rows:
@@ -338,7 +387,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     print(f"    lossy in importing TorchRec's plan: {dict(lossy) if lossy else 'nothing'}")
     if save_dir is not None:      # the plans as perfmodel JSON (pm.load_plan reads them), for analysis without rerunning
         for label, plan in (("torchrec", tr_plan), ("cold", cold.plan), ("warm", warm.plan), ("quick", quick.plan),
-                            ("from_torchrec", refined.plan)):
+                            ("from_torchrec", refined.plan), ("guarded", guarded.plan)):
             path = save_dir / f"{name}_{bandwidths}_{label}.json"
             if path.exists():
                 print(f"    not saved: {path} exists (nothing is overwritten)")
@@ -356,7 +405,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     speed_reload = tr_wall / reload_at if reload_at else 0.0
     reloaded = (f"as fast as TorchRec's plan after {reload_at:.2f} s: {speed_reload:.2f}x" if reload_at else
                 "never as fast as TorchRec's plan") + f"; {reload_step * 1e3:.3f} ms at the end of its {reload_budget:.2f}-s budget"
-    rate = {key: tr.rate(est[key]) for key in ("cold", "warm", "quick")}
+    rate = {key: tr.rate(est[key]) for key in ("cold", "warm", "quick", "guarded")}
     ok_cost = {key: rate[key] <= rate_tr * (1 + 1e-9) for key in rate}
     versus = lambda key: f"{rate[key]:.3f} ms, {100 * (rate[key] / rate_tr - 1):+.1f} %"
     held = (f"held a plan as fast as TorchRec's (perfmodel's step) after {matched:.2f} s, compilation included"
@@ -368,11 +417,22 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     print(f"    target TorchRec-estimated cost no worse than TorchRec's choice ({rate_tr:.3f} ms): cold search's plan "
           f"{verdict(ok_cost['cold'])} ({versus('cold')}); warm {verdict(ok_cost['warm'])} ({versus('warm')}); "
           f"1/10-time {verdict(ok_cost['quick'])} ({versus('quick')})")
+    g = guarded.notes["guard"]
+    g_at = next((t for t, step in guarded.notes.get("progress", []) if step <= float(bd_tr.step_s) * (1 + 1e-9)), None)
+    g_held = (f"held a plan within the cap and as fast as TorchRec's (perfmodel's step) after {g_at:.2f} s, "
+              f"{tr_wall / g_at:.2f}x TorchRec's planning speed, the guard's scorers compiling" if g_at else
+              "never held a plan within the cap as fast as TorchRec's (perfmodel's step)")
+    print(f"    guarded by TorchRec's estimate <= {rate_tr:.3f} ms ({budget_s:g}-s search, its scorers compiled "
+          f"in it): {verdict(ok_cost['guarded'])} ({versus('guarded')}; the guard's own sum "
+          f"{g['value_s'] * 1e3:.3f} ms, {'met' if g['met'] else 'NOT met'}); perfmodel's step "
+          f"{guarded.step_s * 1e3:.3f} ms ({100 * (guarded.step_s / float(bd_tr.step_s) - 1):+.1f} % vs TorchRec's "
+          f"plan, {100 * (guarded.step_s / cold.step_s - 1):+.1f} % vs the unguarded search's); it {g_held}", flush=True)
     print(f"    perfmodel's step, vs TorchRec's plan {float(bd_tr.step_s) * 1e3:.3f} ms: cold plan "
           f"{cold.step_s * 1e3:.3f} ms ({100 * (cold.step_s / float(bd_tr.step_s) - 1):+.1f} %), 1/10-time plan "
           f"{quick.step_s * 1e3:.3f} ms ({100 * (quick.step_s / float(bd_tr.step_s) - 1):+.1f} %)", flush=True)
     return dict(case=name, speed=speed_cold, speed_quick=speed_quick, speed_reload=speed_reload, cost_ok=ok_cost["cold"],
-                quick_ok=ok_cost["quick"])
+                quick_ok=ok_cost["quick"], guarded_ok=ok_cost["guarded"] and guarded.step_s <= float(bd_tr.step_s) * (1 + 1e-9),
+                guarded_gain=guarded.step_s / float(bd_tr.step_s) - 1)
 
 
 CACHED_CHILD = """
@@ -454,7 +514,8 @@ def main(argv=None) -> int:
               f"TorchRec-estimated cost no worse: {verdict(r['cost_ok'])};  new process, disk cache: "
               f"{r['speed_reload']:.2f}x ({verdict(r['speed_reload'] >= 10)});  warm process at a tenth of "
               f"TorchRec's time: {r['speed_quick']:.1f}x ({verdict(r['speed_quick'] >= 10)}), cost no worse: "
-              f"{verdict(r['quick_ok'])}")
+              f"{verdict(r['quick_ok'])};  searched with TorchRec's estimate as a guard: no worse in both models "
+              f"{verdict(r['guarded_ok'])} (perfmodel's step {100 * r['guarded_gain']:+.1f} % vs TorchRec's plan)")
     return 0
 
 

@@ -14,6 +14,7 @@ from .plan import (ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TY
                    TablePlan, load_plan, plan_from_dict, random_plans, stack, to_arrays, validate_plan)
 from .search.greedy import default_plan, greedy_plan
 from .search.api import METHODS as SEARCH_METHODS, SearchResult, search
+from .search.guard import ShardCosts, load_shard_costs
 from .plan import from_arrays
 from .workload import EmbeddingTables, RankingModel, load_model, model_names
 from .analysis import KNOBS, knob, sensitivity, set_knobs, sweep
@@ -28,6 +29,7 @@ __all__ = [
     "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
     "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",
+    "ShardCosts", "load_shard_costs",
     "KNOBS", "knob", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",

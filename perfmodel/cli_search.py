@@ -35,6 +35,9 @@ def register(sub) -> None:
                    "e.g. fp32,bf16 (lower precision changes the numerics; default fp32)")
     p.add_argument("--co-design", default=None, help="search a hardware knob with the plan: nic_split (share of "
                    "NIC bandwidth on scale-up) or scale_out_bw (GB/s per chip, priced)")
+    p.add_argument("--guard", metavar="FILE", help="a second cost model as a constraint (JSON: per-shard costs per table "
+                   "and sharding type, and a cap on the busiest device's sum, e.g. TorchRec's estimate; see "
+                   "perfmodel/search/guard.py): the gradient search returns the fastest plan within the cap")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     p.add_argument("--out", help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,6 +62,13 @@ def _cmd_search(args) -> int:
         raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
                           "converges: give --budget-s (--until-converged is for gradient, greedy and exact)")
     precisions = tuple(p for p in args.precisions.split(",") if p)
+    guard = None
+    if args.guard:
+        from .search.guard import load_shard_costs
+        if args.method != "gradient" or args.co_design:
+            raise ConfigError("", "--guard", f"is for --method gradient without --co-design (got --method {args.method}"
+                              f"{' --co-design ' + args.co_design if args.co_design else ''})")
+        guard = load_shard_costs(args.guard, system, model)
     results, budgets = [], []
     for m in methods:
         budget = args.budget_s
@@ -67,6 +77,7 @@ def _cmd_search(args) -> int:
         budgets.append(budget)
         results.append(search(system, model, m, seed=args.seed, budget_s=budget, precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
+                              guard=guard if m == args.method else None,
                               progress=not args.no_progress and not args.json))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
@@ -96,6 +107,11 @@ def _cmd_search(args) -> int:
               f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
     if chosen.method == "gradient" and "phase_s" in chosen.notes:
         print(search_status(chosen))
+    if "guard" in chosen.notes:
+        g = chosen.notes["guard"]
+        print(f"guard {g['name']} ({args.guard}): the plan's busiest device {g['value_s'] * 1e3:.4g} ms, cap "
+              f"{g['cap_s'] * 1e3:.4g} ms: {'met' if g['met'] else 'NOT met (no plan within the cap was found)'}"
+              + (f"; {', '.join(r.method for r in results[1:])} searched without it" if len(results) > 1 else ""))
     print()
     print(describe_plan(chosen.plan, model))
     cd = chosen.notes.get("co_design")

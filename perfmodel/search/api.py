@@ -12,6 +12,7 @@ the search finishes within its budget (`converged`); a budget cut depends on the
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
+from .guard import TOLERANCE, ShardCosts, load_shard_costs
 from .local import LocalSearch, is_exhaustive
 from .pack import rebalance
-from .relax import make_masks, round_params
+from .relax import NEG, make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
 SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent: they need one
@@ -79,7 +81,7 @@ class SearchResult:
     breakdown: Breakdown
     step_s: float
     samples_per_s: float
-    feasible: bool
+    feasible: bool                     # fits in memory (and within the guard's cap, when searched with one)
     wall_s: float                      # wall time, compile included
     seed: int
     converged: bool = True             # finished before the budget (so the result is reproducible)
@@ -192,16 +194,17 @@ def _warm_up(ls: LocalSearch) -> threading.Thread | None:
     from . import gradient as gs
 
     key = gs._cache_key(0, ls.system, ls.model)
-    if key in _WARMED:
+    warmed = (key, ls.guard is not None)         # a guard's scorers are other programs
+    if warmed in _WARMED:
         return None
-    _WARMED.add(key)
+    _WARMED.add(warmed)
 
     def work():
         clock = _CompileClock()
         try:
             ls.warm_up(scorer_clock=lambda: clock)
         except Exception:          # noqa: BLE001 -- only a warm-up: the search compiles what it needs itself
-            _WARMED.discard(key)
+            _WARMED.discard(warmed)
         if getattr(clock, "seconds", 0.0) > 0:
             _SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
 
@@ -242,7 +245,7 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            budget_s: float | None = 60.0, restarts: int = 8, steps: int = 150,
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
-           progress: bool = False) -> SearchResult:
+           guard: ShardCosts | str | None = None, progress: bool = False) -> SearchResult:
     """The fastest memory-feasible plan `method` finds within `budget_s` seconds of wall time.
 
     budget_s=None: no time limit. The gradient search then runs every phase to its end (each
@@ -257,6 +260,10 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     co_design: a hardware knob ('nic_split', 'scale_out_bw') searched with the plan (alternating the
     plan search and a vectorized scan of the knob, all within budget_s); the result's `system` carries
     the chosen value and notes['co_design'] says what it bought.
+    guard: a second cost model's per-shard costs and a cap (guard.ShardCosts, or a path to its JSON):
+    the gradient search returns the fastest plan whose busiest device's sum of shard costs is within
+    the cap (e.g. TorchRec's estimate at most its own plan's: benchmarks/vs_torchrec.py). r.feasible
+    then also says the cap is met; r.notes["guard"] gives the plan's value and the cap.
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
@@ -266,6 +273,17 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
         start = from_arrays(start, system, model)
     if start is not None:
         validate_plan(start, system, model, src="start")     # before any time is spent on it
+    if guard is not None:
+        if method != "gradient" or co_design is not None:
+            raise ConfigError("", "guard", f"is for the gradient search without co-design (method is {method!r}"
+                              f"{', co_design ' + repr(co_design) if co_design else ''})")
+        if not isinstance(guard, ShardCosts):
+            if not isinstance(guard, (str, os.PathLike)):
+                raise ConfigError("", "guard", f"must be a ShardCosts or the path to its JSON, got {type(guard).__name__}")
+            guard = load_shard_costs(guard, system, model)
+        elif np.shape(guard.tw) != (model.tables.count,) or np.shape(guard.dp)[1] != system.num_chips:
+            raise ConfigError("", "guard", f"prices {np.shape(guard.tw)[0]} tables on {np.shape(guard.dp)[1]} devices; "
+                              f"the problem has {model.tables.count} tables on {system.num_chips}")
     if co_design is not None:
         from .codesign import co_design as run_co_design, knob_spec
         knob_spec(co_design, system)
@@ -286,11 +304,11 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     with _Progress(progress, budget_s, f"search {method}"):
         return _search(system, model, method, seed=seed, budget_s=budget_s, restarts=restarts, steps=steps,
                        precisions=precisions, sharding_types=sharding_types, freeze_settings=freeze_settings,
-                       start=start)
+                       start=start, guard=guard)
 
 
 def _search(system, model, method, *, seed, budget_s, restarts, steps, precisions, sharding_types,
-            freeze_settings, start) -> SearchResult:
+            freeze_settings, start, guard=None) -> SearchResult:
     t0 = time.time()
     # leave room for the final evaluation and a last round of moves inside the budget
     deadline = t0 + (0.9 * budget_s - min(0.5, 0.1 * budget_s) if budget_s is not None else 1e9)
@@ -298,7 +316,13 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     if bad or not sharding_types:
         raise ConfigError("", "sharding_types", f"{bad or sharding_types!r}: allowed {', '.join(SHARDING_TYPES)}")
     masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
-    ls = LocalSearch(system, model, masks, freeze_settings=freeze_settings)
+    if guard is not None:          # a type the guard has no cost for is never used
+        types = np.where(guard.priced(), masks.types, np.minimum(masks.types, NEG))
+        lost = [n for n, row in zip(model.tables.names, types) if not (row > -1).any()]
+        if lost:
+            raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
+        masks = dataclasses.replace(masks, types=types)
+    ls = LocalSearch(system, model, masks, freeze_settings=freeze_settings, guard=guard)
     warming = _warm_up(ls) if method == "gradient" else None
     try:
         greedy = start if start is not None else greedy_plan(system, model)    # raises if nothing fits
@@ -337,8 +361,14 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         bd = ls.breakdown(plan)               # compiled already, unlike a fresh evaluate of one plan
     else:
         bd = evaluate(system, model, plan)
+    feasible = bool(bd.feasible)
+    if guard is not None:
+        value, cap = guard.value(plan, system, model), float(guard.cap)
+        met = value <= cap * (1 + TOLERANCE)
+        notes["guard"] = {"name": guard.name, "value_s": value, "cap_s": cap, "met": bool(met)}
+        feasible &= bool(met)
     return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
-                        samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible),
+                        samples_per_s=float(bd.samples_per_s), feasible=feasible,
                         wall_s=time.time() - t0, seed=seed, converged=converged, evaluations=evaluations,
                         notes=notes, system=system)
 

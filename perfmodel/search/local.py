@@ -55,10 +55,13 @@ def note_progress(progress: list, score: float) -> None:
         progress.append((time.time(), float(score)))
 
 
-def score_of(bd) -> jax.Array:
-    """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity)."""
+def score_of(bd, over_guard=None) -> jax.Array:
+    """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity
+    + over_guard: how far over a guard's cap, guard.ShardCosts.over)."""
     over = jnp.sum(jnp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0)) / bd.capacity_bytes
-    return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
+    if over_guard is None:
+        return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
+    return jnp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
 
 
 def _loads(bd, emb) -> jax.Array:
@@ -69,24 +72,29 @@ def _loads(bd, emb) -> jax.Array:
                             emb.tr_bytes[None]])
 
 
-def _scores(system, model, pa):
-    """(score, tie-broken score) of one plan. The step is a max over devices; when several devices
+def _scores(system, model, pa, guard=None):
+    """(score, tie-broken score) of one plan; with a guard (guard.ShardCosts), a plan over its cap
+    scores as one over memory, and the guard's per-device sums are one more resource row. The step is a max over devices; when several devices
     share the max of a resource (three devices each sending the most output bytes, say), no single
     move lowers it, and a local search stops on the plateau. The tie-broken score multiplies the
     score by 1 + TIE x sum over resources of the smooth max over devices of load / mean load, which
     still falls when one of the tied devices is relieved, so the search walks along plateaus."""
     bd, emb = _step_model(system, model, pa, 0.0)
     loads = _loads(bd, emb)
+    over_guard = None
+    if guard is not None:
+        per_device = guard.loads(pa, system.domain_size)
+        loads, over_guard = jnp.concatenate([loads, per_device[None]]), guard.over(per_device)
     mean = jnp.mean(loads, axis=1, keepdims=True)
     norm = loads / jnp.maximum(mean, 1e-30)
     spread = jnp.sum(jnp.where(mean[:, 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=1), 0.0))
-    score = score_of(bd)
+    score = score_of(bd, over_guard)
     return score, score * (1.0 + TIE * spread), bd, loads
 
 
 @jit
-def _score_batch(system, model, batch):
-    return jax.vmap(lambda p: _scores(system, model, p)[:2])(batch)
+def _score_batch(system, model, batch, guard=None):
+    return jax.vmap(lambda p: _scores(system, model, p, guard)[:2])(batch)
 
 
 def batch_size(system: System, model: RankingModel) -> int:
@@ -95,9 +103,10 @@ def batch_size(system: System, model: RankingModel) -> int:
     return int(np.clip(2 ** int(np.floor(np.log2(max(n, 1)))), 16, 1024))
 
 
-def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False) -> np.ndarray:
+def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None) -> np.ndarray:
     """Hard scores of a batch of plans, in chunks padded to one fixed size (one compile per problem);
-    tie=True: the tie-broken scores (_scores). Both come from the same compiled function."""
+    tie=True: the tie-broken scores (_scores). Both come from the same compiled function. guard: a
+    guard.ShardCosts the plans must keep within its cap (another compiled function)."""
     size = batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     out = []
@@ -107,15 +116,15 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
         if m < size:       # numpy batches (plan_arrays) padded in numpy: no op-by-op dispatch
             xp = lambda x: np if isinstance(x, np.ndarray) else jnp
             chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
-        out.append(np.asarray(_score_batch(system, model, chunk)[int(tie)])[:m])
+        out.append(np.asarray(_score_batch(system, model, chunk, guard)[int(tie)])[:m])
     return np.concatenate(out)
 
 
 @jit(quick=True)     # one call per round: compiles in 0.5-0.6 s instead of 1.0-1.3, runs in under 2 ms (cache.py)
-def _details(system, model, pa):
+def _details(system, model, pa, guard=None):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
-    the score."""
-    score, tie, bd, loads = _scores(system, model, pa)
+    the score; the Breakdown."""
+    score, tie, bd, loads = _scores(system, model, pa, guard)
     return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score, bd
 
 
@@ -172,8 +181,9 @@ class LocalSearch:
     """Holds the current discrete plan both as a Plan and as one-hot PlanArrays."""
 
     def __init__(self, system: System, model: RankingModel, masks: Masks, max_batch: int | None = None,
-                 freeze_settings: bool = False):
+                 freeze_settings: bool = False, guard=None):
         self.system, self.model, self.masks = system, model, masks
+        self.guard = guard             # guard.ShardCosts: plans over its cap score as infeasible
         self.freeze_settings = freeze_settings
         T, D = model.tables.count, system.num_chips
         self.T, self.D, self.L = T, D, system.domain_size
@@ -192,7 +202,7 @@ class LocalSearch:
 
     # ------------------------------------------------------------------ scoring
     def score(self, pa) -> float:
-        return float(_details(self.system, self.model, pa)[0])
+        return float(_details(self.system, self.model, pa, self.guard)[0])
 
     def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a plan."""
@@ -200,14 +210,14 @@ class LocalSearch:
 
     def _details_of(self, pa) -> tuple[np.ndarray, ...]:
         """details() of a plan's arrays."""
-        return tuple(np.asarray(x) for x in _details(self.system, self.model, pa)[:6])
+        return tuple(np.asarray(x) for x in _details(self.system, self.model, pa, self.guard)[:6])
 
     def breakdown(self, plan: Plan):
         """The plan's Breakdown, as evaluate() gives it (from the compiled function the search uses)."""
-        return _details(self.system, self.model, plan_arrays(plan, self.system, self.model))[6]
+        return _details(self.system, self.model, plan_arrays(plan, self.system, self.model), self.guard)[6]
 
     def scores(self, batch) -> np.ndarray:
-        return score_plans(self.system, self.model, batch, tie=True)
+        return score_plans(self.system, self.model, batch, tie=True, guard=self.guard)
 
     def scores_of(self, plans: list[Plan]) -> np.ndarray:
         """Tie-broken scores of a list of Plans, in one batch."""

@@ -1,0 +1,164 @@
+"""A second cost model as a constraint on the plan search: per-shard costs, summed per device.
+
+    guard = ShardCosts.from_dict(system, model, {"name": ..., "unit": "ms", "cap": 3.876, "tables": {...}})
+    pm.search(system, model, guard=guard)      # the fastest plan (perfmodel's step) whose guard value <= cap
+
+Many planners price a plan as the busiest device's sum of its shards' costs, each shard's cost
+known before placement: TorchRec's planner does (`NoopPerfModel.rate`, the number its
+`EmbeddingShardingPlanner` minimizes: max over ranks of the sum of its shards' `perf.total`, each
+from `EmbeddingPerfEstimator`). A guard holds such costs per table and sharding type, and a cap; the
+gradient search then treats a plan whose busiest device exceeds the cap as it treats one over its
+memory: infeasible, ranked by how far over. With TorchRec's own plan's figure as the cap, the search
+returns a plan at least as good as TorchRec's by TorchRec's estimate and as fast as it can find by
+perfmodel's (benchmarks/vs_torchrec.py builds such a guard from TorchRec's estimator).
+
+Costs per table (any subset of the sharding types; a type without costs is never used for the
+table, a column-wise shard count without a cost neither):
+  data_parallel    what each device bears for the replica (a number, or one per device)
+  table_wise       the whole table on its device
+  column_wise      {k: one shard's cost when the table is split in k} (k = 2, 3, ...)
+  row_wise         the shard on each device (a number, or one per device: the i-th row block on device i)
+  table_row_wise   the shard on each device of its scale-up domain (a number, or one per position in it)
+A shard kept partly in host DRAM (cache ratio < 1) has no cost: a plan with one exceeds the cap.
+Only the gradient search's hard scoring sees the guard; its relaxed restarts do not (their
+roundings are scored and descended with it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConfigError, read_file
+from ..hardware import System, _pytree, static
+from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, plan_arrays
+from ..workload import RankingModel
+
+UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
+TOLERANCE = 1e-5         # relative: float32 sums of a plan's shard costs meet a cap they equal
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+@_pytree
+@dataclass(frozen=True)
+class ShardCosts:
+    """Per-shard costs of another cost model, seconds (T tables, D devices, L devices per scale-up
+    domain, K the largest column-wise shard count priced), and the cap on the busiest device's sum.
+
+      dp [T, D]  data-parallel replica, per device;   tw [T]  table-wise, on its device
+      cw [T, K+1]  one column-wise shard when split in k (index k; UNPRICED where not given)
+      rw [T, D]  row-wise shard on device d;   twrw [T, L]  table-row-wise shard at position i of its domain
+    """
+
+    dp: jax.Array
+    tw: jax.Array
+    cw: jax.Array
+    rw: jax.Array
+    twrw: jax.Array
+    cap: jax.Array
+    name: str = static(default="guard")
+
+    @classmethod
+    def from_dict(cls, system: System, model: RankingModel, data: dict, src: str = "guard") -> ShardCosts:
+        """From {"name", "unit" ("s", "ms" or "us"; default "s"), "cap", "tables": {table: {sharding
+        type: cost}}} (the module docstring); a bad entry is a ConfigError naming `src` and the field."""
+        if not isinstance(data, dict):
+            raise ConfigError(src, "", "must be an object with 'cap' and 'tables'")
+        unknown = sorted(set(data) - {"name", "unit", "cap", "tables", "source"})
+        if unknown:
+            raise ConfigError(src, unknown[0], "unknown field; allowed: name, unit, cap, tables, source")
+        unit = data.get("unit", "s")
+        if unit not in UNITS:
+            raise ConfigError(src, "unit", f"is {unit!r}; allowed: {', '.join(UNITS)}")
+        scale = UNITS[unit]
+        cap = _number(data.get("cap"), src, "cap", positive=True) * scale
+        tables = data.get("tables")
+        names = list(model.tables.names)
+        if not isinstance(tables, dict) or not tables:
+            raise ConfigError(src, "tables", "must map table names to their costs per sharding type")
+        extra = [n for n in tables if n not in names]
+        if extra:
+            raise ConfigError(src, f"tables.{extra[0]}", f"is not a table of model {model.name!r}")
+        T, D, L = len(names), system.num_chips, system.domain_size
+        kmax = max(2, min(D, int(np.max(np.asarray(model.tables.dim)))))
+        dp, rw = np.full((T, D), UNPRICED), np.full((T, D), UNPRICED)
+        tw, cw, twrw = np.full(T, UNPRICED), np.full((T, kmax + 1), UNPRICED), np.full((T, L), UNPRICED)
+        for t, n in enumerate(names):
+            costs = tables.get(n, {})
+            where = f"tables.{n}"
+            if not isinstance(costs, dict):
+                raise ConfigError(src, where, "must map sharding types to costs")
+            bad = [k for k in costs if k not in SHARDING_TYPES]
+            if bad:
+                raise ConfigError(src, f"{where}.{bad[0]}", f"unknown sharding type; allowed: {', '.join(SHARDING_TYPES)}")
+            for key, arr, width in (("data_parallel", dp, D), ("row_wise", rw, D), ("table_row_wise", twrw, L)):
+                if key in costs:
+                    arr[t] = _per_device(costs[key], width, src, f"{where}.{key}") * scale
+            if "table_wise" in costs:
+                tw[t] = _number(costs["table_wise"], src, f"{where}.table_wise") * scale
+            if "column_wise" in costs:
+                split = costs["column_wise"]
+                if not isinstance(split, dict):
+                    raise ConfigError(src, f"{where}.column_wise", "must map shard counts k (2, 3, ...) to one shard's cost")
+                for k, v in split.items():
+                    if not (str(k).isdigit() and 2 <= int(k) <= kmax):
+                        raise ConfigError(src, f"{where}.column_wise.{k}", f"shard count must be an integer in 2..{kmax}")
+                    cw[t, int(k)] = _number(v, src, f"{where}.column_wise.{k}") * scale
+        f = lambda x: np.asarray(x, np.float32)
+        return cls(dp=f(dp), tw=f(tw), cw=f(cw), rw=f(rw), twrw=f(twrw), cap=f(cap), name=str(data.get("name", "guard")))
+
+    def with_cap(self, cap_s: float) -> ShardCosts:
+        """The same costs under another cap (seconds)."""
+        import dataclasses
+        return dataclasses.replace(self, cap=np.float32(cap_s))
+
+    def priced(self) -> np.ndarray:
+        """[T, 5] whether each table has a cost for each sharding type (column-wise: for some k)."""
+        ok = lambda x: np.asarray(x) < UNPRICED
+        return np.stack([ok(self.dp).all(1), ok(self.tw), ok(self.cw).any(1), ok(self.rw).all(1),
+                         ok(self.twrw).all(1)], axis=1)
+
+    def loads(self, pa, domain_size: int) -> jax.Array:
+        """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`."""
+        S = pa.shard_type
+        D = pa.placement.shape[1]
+        k = jnp.clip(jnp.round(pa.cw_shards).astype(jnp.int32), 0, self.cw.shape[1] - 1)
+        cw = jnp.take_along_axis(self.cw, k[:, None], axis=1)[:, 0]
+        held = pa.placement * pa.cw_shards[:, None]           # 1 on each device holding a table- or column-wise shard
+        twrw = jnp.repeat(pa.domain_placement, domain_size, axis=1) * jnp.tile(self.twrw, (1, D // domain_size))
+        on = lambda j, x: jnp.where(S[:, j:j + 1] > 0.5, x, 0.0)
+        per = on(DP, self.dp) + on(RW, self.rw) + on(TW, self.tw[:, None] * held) + on(CW, cw[:, None] * held) \
+            + on(TWRW, twrw)
+        cached = jnp.any((pa.cache_ratio < 1.0) & (S[:, DP] < 0.5))      # host DRAM shards: no cost known
+        return jnp.sum(per, axis=0) + jnp.where(cached, UNPRICED, 0.0)
+
+    def over(self, loads: jax.Array) -> jax.Array:
+        """How far the busiest device is over the cap, as a fraction of it (0 when within it)."""
+        return jnp.maximum(jnp.max(loads) - self.cap * (1.0 + TOLERANCE), 0.0) / self.cap
+
+    def value(self, plan: Plan, system: System, model: RankingModel) -> float:
+        """The plan's guard value: the busiest device's sum of its shards' costs, seconds."""
+        return float(jnp.max(self.loads(plan_arrays(plan, system, model), system.domain_size)))
+
+
+def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:
+    """A guard from a JSON or TOML file (ShardCosts.from_dict's format)."""
+    return ShardCosts.from_dict(system, model, read_file(path), src=str(path))
+
+
+def _number(x, src: str, field: str, positive: bool = False) -> float:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and (x > 0 if positive else x >= 0)
+    if not ok:
+        raise ConfigError(src, field, f"must be a number {'> 0' if positive else '>= 0'}, got {x!r}")
+    return float(x)
+
+
+def _per_device(x, width: int, src: str, field: str) -> np.ndarray:
+    if isinstance(x, list):
+        if len(x) != width:
+            raise ConfigError(src, field, f"has {len(x)} entries; give one number, or {width} (one per device)")
+        return np.asarray([_number(v, src, f"{field}[{i}]") for i, v in enumerate(x)])
+    return np.full(width, _number(x, src, field))

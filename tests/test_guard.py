@@ -1,0 +1,152 @@
+"""A second cost model as a search constraint (perfmodel.search.guard.ShardCosts): its per-device
+sums by hand, the guarded search within the cap, and bad guards."""
+
+import json
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.plan import Plan, TablePlan
+from perfmodel.search.guard import UNPRICED, ShardCosts, load_shard_costs
+from perfmodel.search.instances import small_instance
+
+
+def _costs(model, D, L, scale=1.0):
+    """Distinct costs per table and sharding type (ms), so that a wrong term shows."""
+    out = {}
+    for t, n in enumerate(model.tables.names):
+        base = scale * (1.0 + t)
+        out[n] = {"data_parallel": [0.01 * base + 0.001 * d for d in range(D)], "table_wise": base,
+                  "column_wise": {"2": 0.6 * base, "4": 0.35 * base},
+                  "row_wise": [base / D + 0.002 * d for d in range(D)],
+                  "table_row_wise": [base / L + 0.003 * i for i in range(L)]}
+    return out
+
+
+def test_per_device_sums_by_hand():
+    """One table of each sharding type on h100-16 (two scale-up domains of 8): each device's sum is
+    its shards' costs, counted by hand."""
+    system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
+    D, L = system.num_chips, system.domain_size
+    assert (D, L) == (16, 8)
+    costs = _costs(model, D, L)
+    guard = ShardCosts.from_dict(system, model, {"unit": "ms", "cap": 1.0, "tables": costs})
+    names = model.tables.names
+    kinds = [TablePlan("data_parallel", list(range(D))), TablePlan("table_wise", [3]),
+             TablePlan("column_wise", [1, 9]), TablePlan("column_wise", [0, 5, 10, 15]),
+             TablePlan("row_wise", list(range(D))), TablePlan("table_row_wise", list(range(8, 16)))]
+    tables = {n: kinds[i % len(kinds)] for i, n in enumerate(names)}
+    plan = Plan(tables=tables)
+    want = np.zeros(D)
+    for n in names:
+        tp, c = tables[n], costs[n]
+        for j, r in enumerate(tp.ranks):
+            if tp.sharding_type == "data_parallel":
+                want[r] += c["data_parallel"][r]
+            elif tp.sharding_type == "table_wise":
+                want[r] += c["table_wise"]
+            elif tp.sharding_type == "column_wise":
+                want[r] += c["column_wise"][str(len(tp.ranks))]
+            elif tp.sharding_type == "row_wise":
+                want[r] += c["row_wise"][r]
+            else:
+                want[r] += c["table_row_wise"][r % L]
+    from perfmodel.plan import plan_arrays
+    got = np.asarray(guard.loads(plan_arrays(plan, system, model), L)) * 1e3
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    assert guard.value(plan, system, model) * 1e3 == pytest.approx(want.max(), rel=2e-6)
+    # a table kept partly in host DRAM has no cost: over any cap
+    cached = Plan(tables=dict(tables, **{names[1]: TablePlan("table_wise", [3], 0.5)}))
+    assert guard.value(cached, system, model) >= UNPRICED
+
+
+@pytest.fixture(scope="module")
+def small_guard():
+    """small_instance(0) and a guard pricing each table-wise table by its rows (so that balancing
+    rows balances the guard), data-parallel at a quarter of that on every device."""
+    system, model = small_instance(0)
+    rows = np.asarray(model.tables.rows, float)
+    tables = {n: {"table_wise": r / rows.max(), "data_parallel": 0.25 * r / rows.max()}
+              for n, r in zip(model.tables.names, rows)}
+    return system, model, tables
+
+
+def test_guarded_search_returns_the_fastest_plan_within_the_cap(small_guard):
+    system, model, tables = small_guard
+    free = pm.search(system, model, seed=0, budget_s=60, sharding_types=("table_wise", "data_parallel"))
+    guard = ShardCosts.from_dict(system, model, {"name": "rows", "cap": 1e9, "tables": tables})
+    unguarded = guard.value(free.plan, system, model)
+    # a cap below what the unguarded plan needs and above the lightest possible busiest device
+    lower = float(max(np.sum([min(c["table_wise"], 4 * c["data_parallel"]) for c in tables.values()]) / 4,
+                      min(min(c["table_wise"], c["data_parallel"]) for c in tables.values())))
+    assert lower < 0.8 * unguarded, (lower, unguarded)
+    cap = 0.8 * unguarded
+    r = pm.search(system, model, seed=0, budget_s=60, guard=guard.with_cap(cap))
+    g = r.notes["guard"]
+    assert g["met"] and r.feasible and g["value_s"] <= cap * (1 + 1e-5)
+    assert g["value_s"] == pytest.approx(guard.value(r.plan, system, model))
+    # only the sharding types the guard prices
+    assert {t.sharding_type for t in r.plan.tables.values()} <= {"table_wise", "data_parallel"}
+    # the figures are the plan's
+    assert r.step_s == pytest.approx(float(pm.evaluate(system, model, r.plan).step_s), rel=1e-6)
+    assert r.step_s >= free.step_s * (1 - 1e-6)      # a constraint the unguarded plan breaks costs step time
+    # no plan meets a cap under every table's cheapest shard: the result says so
+    none = pm.search(system, model, seed=0, budget_s=4, guard=guard.with_cap(0.5 * lower))
+    assert not none.feasible and not none.notes["guard"]["met"]
+
+
+def test_a_guard_file_and_its_errors(small_guard, tmp_path, capsys):
+    system, model, tables = small_guard
+    name = model.tables.names[0]
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"name": "rows", "unit": "ms", "cap": 5.0, "tables": tables}))
+    g = pm.load_shard_costs(path, system, model)
+    assert pm.ShardCosts is ShardCosts and pm.load_shard_costs is load_shard_costs
+    assert float(g.cap) == pytest.approx(5e-3) and float(g.tw[0]) == pytest.approx(tables[name]["table_wise"] * 1e-3)
+    bad = [({"unit": "h"}, "field 'unit'.*allowed: s, ms, us"),
+           ({"cap": -1}, "field 'cap': must be a number > 0"),
+           ({"tables": {"nope": {}}}, "field 'tables.nope': is not a table"),
+           ({"tables": {name: {"diagonal": 1}}}, f"field 'tables.{name}.diagonal': unknown sharding type"),
+           ({"tables": {name: {"table_wise": float("nan")}}}, "table_wise': must be a number >= 0"),
+           ({"tables": {name: {"data_parallel": [1, 2]}}}, "data_parallel': has 2 entries; give one number, or 4"),
+           ({"tables": {name: {"column_wise": {"1": 2}}}}, "column_wise.1': shard count must be an integer in 2"),
+           ({"extra": 1}, "field 'extra': unknown field")]
+    for change, message in bad:
+        with pytest.raises(pm.ConfigError, match=message):
+            ShardCosts.from_dict(system, model, {"cap": 1.0, "tables": tables, **change}, src="g.json")
+    with pytest.raises(pm.ConfigError, match="missing.json: no such file"):
+        pm.search(system, model, guard=tmp_path / "missing.json")
+    with pytest.raises(pm.ConfigError, match="field 'guard': is for the gradient search"):
+        pm.search(system, model, method="greedy", guard=g)
+    with pytest.raises(pm.ConfigError, match="field 'guard': prices 12 tables on 4 devices; the problem has 26"):
+        pm.search("h100-16", "dlrm-dcnv2-mlperf", guard=g)
+    only_dp = {n: {"data_parallel": 1.0} for n in model.tables.names}
+    with pytest.raises(pm.ConfigError, match=f"table '{name}' has no cost for any sharding type the search may use"):
+        pm.search(system, model, sharding_types=("table_wise",), guard=ShardCosts.from_dict(
+            system, model, {"cap": 1.0, "tables": only_dp}))
+    # the CLI: a clear error for another method, and a line on the guard under the table
+    from perfmodel.cli import main
+    assert main(["search", "--system", "mtia300-4", "--model", "dlrm-small", "--method", "greedy",
+                 "--guard", str(path), "--no-progress"]) == 2
+    assert "--guard" in capsys.readouterr().err
+
+
+def test_cli_search_with_a_guard_file(tmp_path, capsys):
+    """`perfmodel search --guard FILE`: the plan keeps the busiest device within the cap, and a line
+    under the table says so; --json carries the guard's figures."""
+    from perfmodel.cli import main
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    tables = {n: {"table_wise": 1.0 + i % 3, "data_parallel": 0.5} for i, n in enumerate(model.tables.names)}
+    free = ShardCosts.from_dict(system, model, {"cap": 1e9, "tables": tables})
+    cap = 0.9 * free.value(pm.default_plan(system, model), system, model) * 1e3
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"name": "toy", "unit": "ms", "cap": cap, "tables": tables}))
+    base = ["search", "--system", "h100-8", "--model", "dlrm-small", "--no-progress", "--until-converged",
+            "--guard", str(path)]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert f"guard toy ({path}): the plan's busiest device" in out and ": met" in out
+    assert main(base + ["--json"]) == 0
+    g = json.loads(capsys.readouterr().out)["results"][0]["notes"]["guard"]
+    assert g["met"] and g["value_s"] <= g["cap_s"] * (1 + 1e-5) and g["cap_s"] == pytest.approx(cap * 1e-3)
