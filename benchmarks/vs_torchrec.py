@@ -376,7 +376,8 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     for label, key, r in (("perfmodel gradient, cold", "cold", cold), ("perfmodel gradient, warm", "warm", warm),
                           ("perfmodel, 1/10 TorchRec", "quick", quick), ("perfmodel from TorchRec's", "refined", refined),
                           ("perfmodel, TorchRec-guarded", "guarded", guarded)):
-        rows.append((label, r.wall_s, r.step_s, r.feasible, tr.rate(est[key]), tr.hbm(est[key])[0], kinds(r.plan)))
+        rows.append((label, r.wall_s, r.step_s, bool(r.breakdown.feasible), tr.rate(est[key]), tr.hbm(est[key])[0],
+                     kinds(r.plan) + ("  (over the guard's cap)" if not r.notes.get("guard", {}).get("met", True) else "")))
     print(f"    {'plan':<26}{'planning wall':>14}{'perfmodel step':>16}{'TorchRec est.':>15}{'TorchRec HBM max':>18}  sharding types (as perfmodel reads them)")
     for label, wall, step, feas, rate, hbm, kk in rows:
         print(f"    {label:<26}{wall:>12.2f} s{step * 1e3:>13.3f} ms{rate:>12.3f} ms{hbm / 2**30:>11.1f} GiB"

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..cache import is_kept, mark_kept
+from ..cache import exporting, is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, evaluate, resolve
 from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
-from .guard import TOLERANCE, ShardCosts, load_shard_costs
+from .guard import TOLERANCE, ShardCosts, load_shard_costs, packed_start
 from .local import LocalSearch, is_exhaustive
 from .pack import rebalance
 from .relax import NEG, make_masks, round_params
@@ -57,6 +57,11 @@ RELAXED_COMPILE = {"quick": 5.0, "optimized": 8.2}
 # search that loaded its scorer compiled the step until its deadline and took one step (2.97 ms
 # instead of 2.77 with the step on disk too)
 SCORER_COMPILE_OVER_LOAD = 2.5
+# When both were loaded from the persistent cache as exported programs (cache.Exported: not traced),
+# the step's first call over the scorer's figure: 0.70 / 0.31-0.35 s = 2.0-2.3 on MLPerf / h100-16
+# (quick), 0.81 / 0.29 = 2.8 on prod-856 / mtia300-256 (optimized), two new processes each. Priced by
+# RELAXED_COMPILE (5.0, 8.2) the loaded step read as 2-3x its cost (it was traced then: 1.75 s)
+RELAXED_LOAD_EXPORTED = 3.0
 # the share of the time left that compiling the relaxed step may take: the rest refines its roundings
 # and kicks. With the compile allowed all of it (less a 2-s margin), a cold 30-s search of MLPerf on
 # h100-16 compiled until ~1 s before its deadline and, in one of five runs, returned its refined
@@ -381,7 +386,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     after the other, the compound move's descent had no time left in budgets under a second).
     Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
     (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it,
-    x SCORER_COMPILE_OVER_LOAD when the scorer was loaded from disk and the step was not kept there),
+    x SCORER_COMPILE_OVER_LOAD when the scorer was loaded from disk and the step was not kept there;
+    RELAXED_LOAD_EXPORTED x the scorer's when both are kept as exported programs),
     or, when it is compiled already, its steps do (as last timed in this process; on a small instance
     a quick-compiled step that fits BACKGROUND_SHARE of the time left after the start compiles in a
     thread during the descent, and is then waited for at most RELAXED_SHARE of the time left), run the gradient
@@ -406,6 +412,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     compile_cost = RELAXED_COMPILE[kind] * eval_compile
     if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
         compile_cost *= SCORER_COMPILE_OVER_LOAD
+    elif eval_loaded and exporting():                 # both loaded, neither traced
+        compile_cost = RELAXED_LOAD_EXPORTED * eval_compile
     # on a small instance the quick-compiled step compiles in a thread during the start's descent when it
     # fits BACKGROUND_SHARE of the time left. A large instance's descent uses the whole half and is its
     # main work: there the compile waits for the half, as before (synthetic-300 / h100-64 at 60 s, the
@@ -422,6 +430,11 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     packed = rebalance(system, model, greedy, memory)
     packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
     start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
+    if ls.guard is not None:         # a start within the guard's cap, packed on its costs (guard.packed_start)
+        within = packed_start(ls, greedy)
+        within_tie = float(ls.details(within)[0])
+        if within_tie < start_tie:
+            start, start_tie, name = within, within_tie, "packed on the guard's costs"
     half = t0 + 0.5 * (deadline - t0)
     if not ls.exhaustive:
         start, name = _compound_start(ls, start, start_tie, name)

@@ -144,6 +144,38 @@ class ShardCosts:
         return float(jnp.max(self.loads(plan_arrays(plan, system, model), system.domain_size)))
 
 
+def packed_start(ls, plan: Plan) -> Plan:
+    """A start within the guard's cap where one is easy to find: every table the search may place
+    table-wise made table-wise, or, when its cost exceeds the mean device's share of all tables'
+    table-wise costs (a shard that alone would exceed it), column-wise in the fewest shards that
+    each fit that share (the largest count otherwise); then packed on the guard's costs, heaviest
+    shard first onto the device of least sum (pack.rebalance with the guard), memory permitting.
+    Other choices are `plan`'s. Planners that price a plan this way reach their figure so (TorchRec's
+    packs on its estimate); the descent then lowers the step within the cap. ls: the LocalSearch."""
+    import dataclasses
+
+    from ..plan import TablePlan
+    from .pack import rebalance
+    from .relax import cw_options
+
+    guard, system, model, masks = ls.guard, ls.system, ls.model, ls.masks
+    names, D = model.tables.names, system.num_chips
+    tw, cw = np.asarray(guard.tw, np.float64), np.asarray(guard.cw, np.float64)
+    ok = np.asarray(masks.types) > -1
+    share = float(np.sum(np.where(ok[:, TW], tw, 0.0))) / D
+    tables = dict(plan.tables)
+    for t, n in enumerate(names):
+        ks = [k for k in cw_options(int(model.tables.dim[t]), D) if k < cw.shape[1] and cw[t, k] < UNPRICED] if ok[t, CW] else []
+        if ok[t, TW] and (tw[t] <= share or not ks):
+            tables[n] = TablePlan("table_wise", [0])
+        elif ks:
+            fits = [k for k in ks if cw[t, k] <= share]
+            k = fits[0] if fits else ks[int(np.argmin(cw[t, ks]))]
+            tables[n] = TablePlan("column_wise", list(range(k)))
+    typed = dataclasses.replace(plan, tables=tables)
+    return rebalance(system, model, typed, ls.details(typed)[2], guard=guard)
+
+
 def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:
     """A guard from a JSON or TOML file (ShardCosts.from_dict's format)."""
     return ShardCosts.from_dict(system, model, read_file(path), src=str(path))

@@ -27,18 +27,21 @@ from ..cache import jit
 from ..cost.embedding import table_seconds
 from ..cost.memory import capacity_bytes
 from ..hardware import System
-from ..plan import Plan
+from ..plan import Plan, plan_arrays
 from ..workload import RankingModel
 
 _table_seconds = jit(table_seconds)    # one compiled program, not some fifteen op-by-op compiles (~0.4 s)
 HEADROOM = 0.9         # fraction of HBM left for embeddings that the packer may fill
 
 
-def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.ndarray) -> Plan:
+def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.ndarray, guard=None) -> Plan:
     """`plan` with its table_wise / column_wise shards re-packed over resources. memory_bytes [D]:
     the HBM each device uses under `plan` (Breakdown.memory_bytes); what the packed shards do not
     account for (dense state, activations, buffers, the other tables) stays where it is. Returns
-    `plan` unchanged if the packing does not fit in memory."""
+    `plan` unchanged if the packing does not fit in memory.
+    guard (guard.ShardCosts): pack on its per-shard costs alone, heaviest first onto the device of
+    least sum (longest-processing-time, as TorchRec's planner packs on its estimate), the other
+    tables' costs counted where they are: its cap is hard, the other resources are the descent's."""
     tb = model.tables
     D = system.num_chips
     names = tb.names
@@ -57,22 +60,32 @@ def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.
     out_b = B * np.asarray(tb.output_per_sample(), np.float64) * dim / k * 4.0
     in_b = B * np.asarray(tb.pooling, np.float64) * float(tb.index_bytes)     # every column shard gets all
     w = np.stack([f + b, out_b, in_b, size], axis=1)                          # [T, 4] per shard
+    base = np.zeros((D, 4))                    # what stays where it is
+    if guard is not None:
+        cost = np.where(k > 1, np.asarray(guard.cw, np.float64)[np.arange(len(names)), np.minimum(k.astype(int), np.shape(guard.cw)[1] - 1)],
+                        np.asarray(guard.tw, np.float64))
+        w = np.stack([cost, size], axis=1)
+        base = np.zeros((D, 2))
+        base[:, 0] = np.asarray(guard.loads(plan_arrays(plan, system, model), system.domain_size), np.float64)
+        for i in packed:
+            base[plan.tables[names[i]].ranks, 0] -= cost[i]
 
+    scored = slice(0, 1) if guard is not None else slice(None)      # the resources a device is chosen by
     shards = [i for i in packed for _ in range(int(k[i]))]
-    mean = np.maximum(w[shards].sum(0) / D, 1e-30)
+    mean = np.maximum((w[shards].sum(0) + base.sum(0)) / D, 1e-30)
     held = np.zeros(D)
     for i in packed:
         held[plan.tables[names[i]].ranks] += size[i]
     budget = HEADROOM * float(capacity_bytes(system)) - (np.asarray(memory_bytes, np.float64) - held)
-    order = sorted(range(len(shards)), key=lambda j: (-float(np.max(w[shards[j]] / mean)), shards[j]))
-    load = np.zeros((D, 4))
+    order = sorted(range(len(shards)), key=lambda j: (-float(np.max((w[shards[j]] / mean)[scored])), shards[j]))
+    load = base.copy()
     ranks: dict[int, list[int]] = {}
     for j in order:
         i = shards[j]
         taken = ranks.setdefault(i, [])
-        score = np.max((load + w[i]) / mean, axis=1)
+        score = np.max(((load + w[i]) / mean)[:, scored], axis=1)
         score[taken] = np.inf
-        score[load[:, 3] + w[i, 3] > budget] = np.inf
+        score[load[:, -1] + w[i, -1] > budget] = np.inf       # the last column: the shard's bytes
         d = int(np.argmin(score))
         if not np.isfinite(score[d]):
             return plan
