@@ -98,14 +98,129 @@ CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
 
 
-def jit(fun=None, *, quick: bool = False, **kwargs):
+def jit(fun=None, *, quick: bool = False, export: bool = False, **kwargs):
     """jax.jit with CPU_COMPILE_OPTIONS (quick: QUICK_COMPILE_OPTIONS) when JAX runs on the CPU
-    (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...)."""
+    (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...).
+    export=True (functions of pytrees of arrays, no static arguments): with the persistent cache on,
+    the traced program is kept there too (Exported), so that a new process skips tracing the model."""
     import jax
 
     if fun is None:
-        return functools.partial(jit, quick=quick, **kwargs)
+        return functools.partial(jit, quick=quick, export=export, **kwargs)
+    if export:
+        if kwargs:
+            raise TypeError("jit(export=True) takes no static arguments")
+        return Exported(fun, quick)
     return jax.jit(fun, compiler_options=compile_options(quick), **kwargs)
+
+
+# Whether cache.jit(export=True) keeps traced programs in the persistent cache's folder (False: every
+# process traces them again, as before; benchmarks/bench_coldstart.py measures both)
+EXPORT = True
+
+
+def exporting() -> bool:
+    """Whether cache.jit(export=True) functions load and keep exported programs now (EXPORT, and the
+    persistent cache on)."""
+    import jax
+
+    return EXPORT and bool(jax.config.jax_compilation_cache_dir)
+
+
+class Exported:
+    """A jitted function whose traced and lowered program is kept in the persistent cache's folder
+    (jax.export, one file per argument structure and shapes, this jax version and this source of
+    perfmodel), so that a new process loads it instead of tracing the Python model again: the
+    search's scorers took 0.7 s of tracing (GIL-bound, so not overlapped by the warm-up thread) in a
+    process that loaded every compiled program from the cache. The loaded program is compiled (or
+    loaded from XLA's cache) with the same options; its results are the same.
+    Without the cache, or under a trace (vmap, grad, another jit), it is the plain jitted function."""
+
+    def __init__(self, fun, quick: bool):
+        import threading
+
+        import jax
+
+        self.fun, self.options = fun, compile_options(quick)
+        self.plain = jax.jit(fun, compiler_options=self.options)
+        self.calls: dict = {}         # (argument structure, shapes and dtypes) -> (callable on leaves, output structure)
+        self.lock = threading.Lock()
+        functools.update_wrapper(self, fun)
+
+    def __call__(self, *args):
+        import jax
+
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if not exporting() or traced(leaves):
+            return self.plain(*args)
+        folder = jax.config.jax_compilation_cache_dir
+        key = (tree, tuple(_aval(x) for x in leaves))
+        entry = self.calls.get(key)
+        if entry is None:
+            with self.lock:
+                entry = self.calls.get(key)
+                if entry is None:
+                    try:
+                        entry = self._made(folder, tree, leaves)
+                    except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
+                        entry = (None, None)
+                    self.calls[key] = entry
+        call, out_tree = entry
+        if call is None:
+            return self.plain(*args)
+        return jax.tree_util.tree_unflatten(out_tree, call(*leaves))
+
+    def lower(self, *args):
+        return self.plain.lower(*args)
+
+    def _made(self, folder: str, tree, leaves):
+        """Load the exported program from `folder`, or trace and export it there; the callable on
+        the flat leaves and the output structure."""
+        import pickle
+
+        import jax
+
+        shapes = tuple(_aval(x) for x in leaves)
+        name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
+        digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
+        path = os.path.join(folder, f"perfmodel-export-{digest}")
+        exp = out_tree = None
+        if os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    blob, out_tree = pickle.load(f)
+                exp = jax.export.deserialize(bytearray(blob))
+            except Exception:      # noqa: BLE001 -- unreadable (a write cut short): traced again below
+                exp = None
+        if exp is None:
+            holder = {}
+
+            def flat(*xs):
+                out = self.fun(*jax.tree_util.tree_unflatten(tree, xs))
+                flat_out, holder["tree"] = jax.tree_util.tree_flatten(out)
+                return flat_out
+
+            exp = jax.export.export(jax.jit(flat))(*leaves)
+            out_tree = holder["tree"]
+            try:
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    pickle.dump((bytes(exp.serialize()), out_tree), f)
+                os.replace(tmp, path)          # whole or not at all
+            except (OSError, pickle.PicklingError, AttributeError, TypeError):
+                pass           # a read-only folder, or an output type pickle cannot name: traced again next time
+        # compiled ahead for these leaves: one executable whether a call's arrays are numpy or already
+        # on the device (a jitted exp.call compiles once for each: 0.7 s more in a descent's first round)
+        return jax.jit(exp.call, compiler_options=self.options).lower(*leaves).compile(), out_tree
+
+
+def _aval(x):
+    """A leaf's shape and dtype (Python scalars: their type; jax takes them weakly typed). Per call of
+    an Exported function, for every leaf: kept cheap."""
+    try:
+        return x.shape, x.dtype
+    except AttributeError:
+        return type(x).__name__
 
 
 def compile_options(quick: bool = False) -> dict | None:

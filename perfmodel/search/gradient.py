@@ -83,8 +83,8 @@ def _step_fn(params, state, system, model, masks, tau):
 # vs 2.8 ms). On a large one the run costs about what the compile saves (prod-856 on mtia300-256: 31
 # vs 19 ms a step, 2.8 vs 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
 QUICK_STEP_CELLS = 8 * 65536     # restarts x tables x devices up to which the step compiles quick
-_step = jit(_step_fn)
-_step_quick = jit(_step_fn, quick=True)
+_step = jit(_step_fn, export=True)          # with the persistent cache on, a new process loads its traced program
+_step_quick = jit(_step_fn, quick=True, export=True)
 
 
 def step_kind(restarts: int, system: System, model: RankingModel) -> str:

@@ -92,7 +92,7 @@ def _scores(system, model, pa, guard=None):
     return score, score * (1.0 + TIE * spread), bd, loads
 
 
-@jit
+@jit(export=True)    # a new process with the persistent cache loads its traced program (cache.Exported)
 def _score_batch(system, model, batch, guard=None):
     return jax.vmap(lambda p: _scores(system, model, p, guard)[:2])(batch)
 
@@ -120,7 +120,7 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
     return np.concatenate(out)
 
 
-@jit(quick=True)     # one call per round: compiles in 0.5-0.6 s instead of 1.0-1.3, runs in under 2 ms (cache.py)
+@jit(quick=True, export=True)     # one call per round: compiles in 0.5-0.6 s instead of 1.0-1.3, runs in under 2 ms (cache.py)
 def _details(system, model, pa, guard=None):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
     the score; the Breakdown."""
@@ -165,9 +165,9 @@ def _mixed(pa: PlanArrays, t, st, dev, dev2, k, dom, cache, t1, t2, kind, row, s
     return jax.tree_util.tree_map(pick, moved, swapped, picked)
 
 
-_apply_table_moves = jit(_table_moves)
-_apply_swaps = jit(_swaps)
-_apply_mixed = jit(_mixed)
+_apply_table_moves = jit(_table_moves, export=True)
+_apply_swaps = jit(_swaps, export=True)
+_apply_mixed = jit(_mixed, export=True)
 MIXED_SETTINGS = 32    # setting changes a mixed batch carries (padded to this: one compile)
 
 
