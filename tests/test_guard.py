@@ -1,6 +1,7 @@
 """A second cost model as a search constraint (perfmodel.search.guard.ShardCosts): its per-device
 sums by hand, the guarded search within the cap, and bad guards."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -150,3 +151,33 @@ def test_cli_search_with_a_guard_file(tmp_path, capsys):
     assert main(base + ["--json"]) == 0
     g = json.loads(capsys.readouterr().out)["results"][0]["notes"]["guard"]
     assert g["met"] and g["value_s"] <= g["cap_s"] * (1 + 1e-5) and g["cap_s"] == pytest.approx(cap * 1e-3)
+
+
+def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
+    """guard.packed_start: every table table-wise (or column-wise when its cost exceeds the mean
+    device's share), shards placed heaviest first on the device of least sum: the busiest device
+    then carries at most the mean plus the largest shard (Graham's bound for list scheduling)."""
+    from perfmodel.search.guard import packed_start
+    from perfmodel.search.local import LocalSearch
+    from perfmodel.search.relax import make_masks
+    system, model, _ = small_guard
+    rng = np.random.default_rng(1)
+    costs = rng.lognormal(0.0, 1.0, model.tables.count)
+    costs[0] = 3.0 * costs.sum() / system.num_chips                 # one table above the mean share: split
+    tables = {n: {"table_wise": float(c), "column_wise": {str(k): float(c) / k * 1.1 for k in (2, 3, 4)}}
+              for n, c in zip(model.tables.names, costs)}
+    guard = ShardCosts.from_dict(system, model, {"cap": 1e9, "tables": tables})
+    masks = make_masks(system, model)
+    masks = dataclasses.replace(masks, types=np.where(guard.priced(), masks.types, -1e9))     # as search does
+    plan = packed_start(LocalSearch(system, model, masks, guard=guard), pm.greedy_plan(system, model))
+    kinds = {n: t.sharding_type for n, t in plan.tables.items()}
+    assert set(kinds.values()) <= {"table_wise", "column_wise"}
+    assert kinds[model.tables.names[0]] == "column_wise"
+    loads = np.zeros(system.num_chips)
+    for n, t in plan.tables.items():
+        c = tables[n]["table_wise"] if t.sharding_type == "table_wise" else tables[n]["column_wise"][str(len(t.ranks))]
+        loads[t.ranks] += c
+    largest = max(tables[n]["table_wise"] if t.sharding_type == "table_wise" else tables[n]["column_wise"][str(len(t.ranks))]
+                  for n, t in plan.tables.items())
+    assert guard.value(plan, system, model) == pytest.approx(loads.max(), rel=1e-5)
+    assert loads.max() <= loads.mean() + largest + 1e-9
