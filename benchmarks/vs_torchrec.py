@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -140,6 +141,7 @@ class TorchRecSide:
         self.topology = Topology(world_size=self.world, compute_device="cuda", local_world_size=self.local,
                                  hbm_cap=int(float(system.chip.hbm_bytes)), **topology_bandwidths(system, bandwidths))
         self.constraints = {n: ParameterConstraints(pooling_factors=[float(p)]) for n, p in zip(self.names, self.pool)}
+        self.bandwidths = bandwidths
 
     def plan(self, timeout_s: int | None):
         """Run TorchRec's planner; returns (its ShardingOptions, wall seconds, proposals)."""
@@ -205,8 +207,14 @@ class TorchRecSide:
         per-shard perf.total (ms) for each sharding type perfmodel can place (data-parallel with the
         dense kernel, the others fused in HBM; column-wise for every shard count perfmodel allows), from
         TorchRec's own EmbeddingEnumerator and EmbeddingPerfEstimator, with TorchRec's NoopPerfModel
-        sum per rank: the guard's value of a plan is TorchRec's rate of it. cap_ms: the cap."""
+        sum per rank: the guard's value of a plan is TorchRec's rate of it. cap_ms: the cap.
+        Returns the guard and its JSON form (what `perfmodel search --guard FILE` reads)."""
         from perfmodel.search.guard import ShardCosts
+        data = self.shard_cost_data(cap_ms)
+        return ShardCosts.from_dict(system, model, data, src="TorchRec's estimator"), data
+
+    def shard_cost_data(self, cap_ms: float) -> dict:
+        """shard_costs' JSON form: {"name", "unit": "ms", "cap", "tables": {table: {type: cost}}}."""
         from perfmodel.search.relax import cw_options
         from torchrec.distributed.planner import ParameterConstraints
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
@@ -232,8 +240,10 @@ class TorchRecSide:
             for so in enumerate_(["column_wise"], ["fused"], want):
                 if so.name in want and len(so.shards) == k:
                     tables[so.name].setdefault("column_wise", {})[str(k)] = max(per_shard(so))
-        return ShardCosts.from_dict(system, model, {"name": "TorchRec's estimate (NoopPerfModel)", "unit": "ms",
-                                                    "cap": cap_ms, "tables": tables}, src="TorchRec's estimator")
+        return {"name": "TorchRec's estimate (NoopPerfModel)", "unit": "ms", "cap": cap_ms, "tables": tables,
+                "source": "torchrec.distributed.planner EmbeddingEnumerator + EmbeddingPerfEstimator, "
+                          f"world {self.world}, local world {self.local}, batch {self.batch} per rank; "
+                          f"bandwidths {self.bandwidths}"}
 
 
 def import_torchrec_plan(options, system, model):
@@ -368,7 +378,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     # perfmodel's search guarded by TorchRec's estimate: the fastest plan (perfmodel's step) whose TorchRec
     # estimate is at most TorchRec's own plan's (its per-shard costs from TorchRec's estimator, the cap
     # its planner's figure); the first search with a guard in this process: its scorers compile
-    guard = tr.shard_costs(system, model, rate_tr)
+    guard, guard_data = tr.shard_costs(system, model, rate_tr)
     guarded = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, guard=guard)
     with _quiet():
         est["guarded"] = tr.options_for(guarded.plan)
@@ -394,7 +404,12 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
                 print(f"    not saved: {path} exists (nothing is overwritten)")
             else:
                 plan.save(path)
-        print(f"    plans saved in {save_dir}")
+        path = save_dir / f"{name}_{bandwidths}_torchrec_guard.json"     # perfmodel search --guard reads it
+        if path.exists():
+            print(f"    not saved: {path} exists (nothing is overwritten)")
+        else:
+            path.write_text(json.dumps(guard_data, indent=1))
+        print(f"    plans and TorchRec's estimate as a guard saved in {save_dir}")
     # cold planning time: when the cold search first held a plan at least as fast (perfmodel's step) as
     # TorchRec's (its notes' anytime profile, compilation included); its wall time is its budget
     matched = next((t for t, step in cold.notes.get("progress", []) if step <= float(bd_tr.step_s) * (1 + 1e-9)), None)
@@ -452,7 +467,6 @@ def cached_process(name: str, seed: int, budget_s: float, target_s: float) -> tu
     """A search of case `name` in a new Python process whose programs are in the persistent compile
     cache: one process fills a new cache folder, a second, timed, loads them. Returns when the second
     first held a plan of step <= target_s (its anytime profile; None: never) and its final step."""
-    import json
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory() as folder:

@@ -10,6 +10,7 @@ tables); with the cache, a later process loads the programs instead. Results do 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -166,9 +167,12 @@ class Exported:
                         entry = (None, None)
                     self.calls[key] = entry
         call, out_tree = entry
-        if call is None:
-            return self.plain(*args)
-        return jax.tree_util.tree_unflatten(out_tree, call(*leaves))
+        if call is not None:
+            try:
+                return jax.tree_util.tree_unflatten(out_tree, call(*leaves))
+            except Exception:     # noqa: BLE001 -- arrays placed otherwise than it was compiled for (another device)
+                self.calls[key] = (None, None)
+        return self.plain(*args)
 
     def lower(self, *args):
         return self.plain.lower(*args)
@@ -202,13 +206,17 @@ class Exported:
 
             exp = jax.export.export(jax.jit(flat))(*leaves)
             out_tree = holder["tree"]
+            # (pickle: the output structure names perfmodel's classes; the folder is the user's own, as
+            # are the compiled programs XLA loads from it)
+            tmp = f"{path}.{os.getpid()}.tmp"
             try:
-                tmp = f"{path}.{os.getpid()}.tmp"
                 with open(tmp, "wb") as f:
                     pickle.dump((bytes(exp.serialize()), out_tree), f)
                 os.replace(tmp, path)          # whole or not at all
             except (OSError, pickle.PicklingError, AttributeError, TypeError):
-                pass           # a read-only folder, or an output type pickle cannot name: traced again next time
+                # a read-only folder, or an output type pickle cannot name: traced again next time
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
         # compiled ahead for these leaves: one executable whether a call's arrays are numpy or already
         # on the device (a jitted exp.call compiles once for each: 0.7 s more in a descent's first round)
         return jax.jit(exp.call, compiler_options=self.options).lower(*leaves).compile(), out_tree
