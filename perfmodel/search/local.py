@@ -73,12 +73,13 @@ def _loads(bd, emb) -> jax.Array:
 
 
 def _scores(system, model, pa, guard=None):
-    """(score, tie-broken score) of one plan; with a guard (guard.ShardCosts), a plan over its cap
-    scores as one over memory, and the guard's per-device sums are one more resource row. The step is a max over devices; when several devices
+    """(score, tie-broken score) of one plan. The step is a max over devices; when several devices
     share the max of a resource (three devices each sending the most output bytes, say), no single
     move lowers it, and a local search stops on the plateau. The tie-broken score multiplies the
     score by 1 + TIE x sum over resources of the smooth max over devices of load / mean load, which
-    still falls when one of the tied devices is relieved, so the search walks along plateaus."""
+    still falls when one of the tied devices is relieved, so the search walks along plateaus.
+    With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
+    per-device sums are one more resource."""
     bd, emb = _step_model(system, model, pa, 0.0)
     loads = _loads(bd, emb)
     over_guard = None

@@ -62,8 +62,9 @@ def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.
     w = np.stack([f + b, out_b, in_b, size], axis=1)                          # [T, 4] per shard
     base = np.zeros((D, 4))                    # what stays where it is
     if guard is not None:
-        cost = np.where(k > 1, np.asarray(guard.cw, np.float64)[np.arange(len(names)), np.minimum(k.astype(int), np.shape(guard.cw)[1] - 1)],
-                        np.asarray(guard.tw, np.float64))
+        cw = np.asarray(guard.cw, np.float64)            # [T, K+1]: one shard's cost when split in k
+        split = cw[np.arange(len(names)), np.minimum(k.astype(int), cw.shape[1] - 1)]
+        cost = np.where(k > 1, split, np.asarray(guard.tw, np.float64))
         w = np.stack([cost, size], axis=1)
         base = np.zeros((D, 2))
         base[:, 0] = np.asarray(guard.loads(plan_arrays(plan, system, model), system.domain_size), np.float64)
