@@ -22,15 +22,26 @@ def _cmd_evaluate(args) -> int:
     system = load_system(args.system, chip=args.chip)
     model = load_model(args.model)
     plan = load_plan(args.plan, system, model) if args.plan else default_plan(system, model)
+    guard = None
+    if args.guard:
+        from .search.guard import load_shard_costs
+        guard = load_shard_costs(args.guard, system, model)
     bd = evaluate(system, model, plan)
     if args.save_plan:
         plan.save(args.save_plan)
+    value = guard.value(plan, system, model) if guard is not None else None
+    met = guard is not None and guard.within(value)
     if args.json:
         out = {"system": system.name, "model": model.name, "plan": plan.to_dict(), **to_dict(bd, args.per_device)}
+        if guard is not None:
+            out["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
         print(json.dumps(out, indent=2))
     else:
         src = args.plan or "default (greedy) plan"
         print(format_breakdown(bd, f"{model.name} on {system.name} ({system.num_chips} x {system.chip.name}), plan: {src}"))
+        if guard is not None:
+            print(f"guard {guard.name} ({args.guard}): the plan's busiest device {value * 1e3:.4g} ms, cap "
+                  f"{float(guard.cap) * 1e3:.4g} ms: {'within' if met else 'OVER'}")
     return 0
 
 
@@ -143,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML (e.g. a calibrated one)")
     ev.add_argument("--save-plan", metavar="PATH", help="write the evaluated plan as JSON (never overwrites)")
     ev.add_argument("--per-device", action="store_true", help="with --json: include per-device arrays")
+    ev.add_argument("--guard", metavar="FILE", help="also give the plan's value in a second cost model (per-shard "
+                    "costs summed per device, as `search --guard` reads them, e.g. TorchRec's estimate) and its cap")
     _add_common(ev)
     ev.set_defaults(func=_cmd_evaluate)
 

@@ -181,3 +181,26 @@ def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
                   for n, t in plan.tables.items())
     assert guard.value(plan, system, model) == pytest.approx(loads.max(), rel=1e-5)
     assert loads.max() <= loads.mean() + largest + 1e-9
+
+
+def test_cli_evaluate_gives_a_plans_guard_value(tmp_path, capsys):
+    """`perfmodel evaluate --guard FILE`: the plan's value in the second cost model, by hand, and
+    whether it is within the cap."""
+    from perfmodel.cli import main
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    tables = {n: {"table_wise": 1.0 + i, "data_parallel": 0.25, "column_wise": {"2": 0.6 + i}, "row_wise": 0.3,
+                  "table_row_wise": 0.4} for i, n in enumerate(model.tables.names)}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"name": "toy", "unit": "ms", "cap": 1.0, "tables": tables}))
+    plan = pm.default_plan(system, model)
+    load = np.zeros(system.num_chips)
+    for i, n in enumerate(model.tables.names):
+        tp = plan.tables[n]
+        c = tables[n]
+        load[tp.ranks] += {"table_wise": c["table_wise"], "data_parallel": 0.25, "row_wise": 0.3, "table_row_wise": 0.4,
+                           "column_wise": c["column_wise"].get(str(len(tp.ranks)), np.inf)}[tp.sharding_type]
+    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--guard", str(path), "--json"]) == 0
+    g = json.loads(capsys.readouterr().out)["guard"]
+    assert g["value_s"] * 1e3 == pytest.approx(load.max(), rel=1e-5) and g["met"] == (load.max() <= 1.0)
+    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--guard", str(path)]) == 0
+    assert f"guard toy ({path}): the plan's busiest device {load.max():.4g} ms, cap 1 ms: " in capsys.readouterr().out

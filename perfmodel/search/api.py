@@ -27,7 +27,7 @@ from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from .greedy import greedy_plan
-from .guard import TOLERANCE, ShardCosts, load_shard_costs, packed_start
+from .guard import ShardCosts, load_shard_costs, packed_start
 from .local import LocalSearch, is_exhaustive
 from .pack import rebalance
 from .relax import NEG, make_masks, round_params
@@ -368,10 +368,10 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         bd = evaluate(system, model, plan)
     feasible = bool(bd.feasible)
     if guard is not None:
-        value, cap = float(np.max(ls.details(plan)[4][-1])), float(guard.cap)    # the loads' last row: the guard's
-        met = value <= cap * (1 + TOLERANCE)
-        notes["guard"] = {"name": guard.name, "value_s": value, "cap_s": cap, "met": bool(met)}
-        feasible &= bool(met)
+        value = float(np.max(ls.details(plan)[4][-1]))       # the loads' last row: the guard's
+        met = guard.within(value)
+        notes["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
+        feasible &= met
     return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
                         samples_per_s=float(bd.samples_per_s), feasible=feasible,
                         wall_s=time.time() - t0, seed=seed, converged=converged, evaluations=evaluations,

@@ -139,6 +139,10 @@ class ShardCosts:
         """How far the busiest device is over the cap, as a fraction of it (0 when within it)."""
         return jnp.maximum(jnp.max(loads) - self.cap * (1.0 + TOLERANCE), 0.0) / self.cap
 
+    def within(self, value_s: float) -> bool:
+        """Whether a plan of guard value `value_s` (seconds) meets the cap (to TOLERANCE)."""
+        return bool(value_s <= float(self.cap) * (1.0 + TOLERANCE))
+
     def value(self, plan: Plan, system: System, model: RankingModel) -> float:
         """The plan's guard value: the busiest device's sum of its shards' costs, seconds."""
         return float(jnp.max(self.loads(plan_arrays(plan, system, model), system.domain_size)))
