@@ -155,14 +155,15 @@ class Exported:
         if not exporting() or traced(leaves):
             return self.plain(*args)
         folder = jax.config.jax_compilation_cache_dir
-        key = (tree, tuple(_aval(x) for x in leaves))
+        shapes = tuple(_aval(x) for x in leaves)
+        key = (tree, shapes)
         entry = self.calls.get(key)
         if entry is None:
             with self.lock:
                 entry = self.calls.get(key)
                 if entry is None:
                     try:
-                        entry = self._made(folder, tree, leaves)
+                        entry = self._made(folder, tree, leaves, shapes)
                     except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
                         entry = (None, None)
                     self.calls[key] = entry
@@ -177,14 +178,13 @@ class Exported:
     def lower(self, *args):
         return self.plain.lower(*args)
 
-    def _made(self, folder: str, tree, leaves):
+    def _made(self, folder: str, tree, leaves, shapes: tuple):
         """Load the exported program from `folder`, or trace and export it there; the callable on
-        the flat leaves and the output structure."""
+        the flat leaves and the output structure. shapes: the leaves' _aval."""
         import pickle
 
         import jax
 
-        shapes = tuple(_aval(x) for x in leaves)
         name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
         digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
         path = os.path.join(folder, f"perfmodel-export-{digest}")

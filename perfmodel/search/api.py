@@ -12,7 +12,6 @@ the search finishes within its budget (`converged`); a budget cut depends on the
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import numpy as np
 
 from ..cache import exporting, is_kept, mark_kept
 from ..config import ConfigError
-from ..evaluate import Breakdown, evaluate, resolve
+from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
@@ -282,11 +281,9 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
         if method != "gradient" or co_design is not None:
             raise ConfigError("", "guard", f"is for the gradient search without co-design (method is {method!r}"
                               f"{', co_design ' + repr(co_design) if co_design else ''})")
-        if not isinstance(guard, ShardCosts):
-            if not isinstance(guard, (str, os.PathLike)):
-                raise ConfigError("", "guard", f"must be a ShardCosts or the path to its JSON, got {type(guard).__name__}")
-            guard = load_shard_costs(guard, system, model)
-        elif np.shape(guard.tw) != (model.tables.count,) or np.shape(guard.dp)[1] != system.num_chips:
+        guard = _loaded(guard, ShardCosts, lambda path: load_shard_costs(path, system, model), "guard",
+                        "a ShardCosts or the path to its JSON")
+        if np.shape(guard.tw) != (model.tables.count,) or np.shape(guard.dp)[1] != system.num_chips:
             raise ConfigError("", "guard", f"prices {np.shape(guard.tw)[0]} tables on {np.shape(guard.dp)[1]} devices; "
                               f"the problem has {model.tables.count} tables on {system.num_chips}")
     if co_design is not None:
