@@ -76,7 +76,7 @@ def small_guard():
 def test_guarded_search_returns_the_fastest_plan_within_the_cap(small_guard):
     system, model, tables = small_guard
     free = pm.search(system, model, seed=0, budget_s=60, sharding_types=("table_wise", "data_parallel"))
-    guard = ShardCosts.from_dict(system, model, {"name": "rows", "cap": 1e9, "tables": tables})
+    guard = ShardCosts.from_dict(system, model, {"name": "rows", "cap": 1e6, "tables": tables})
     unguarded = guard.value(free.plan, system, model)
     # a cap below what the unguarded plan needs and above the lightest possible busiest device
     lower = float(max(np.sum([min(c["table_wise"], 4 * c["data_parallel"]) for c in tables.values()]) / 4,
@@ -106,10 +106,12 @@ def test_a_guard_file_and_its_errors(small_guard, tmp_path, capsys):
     assert pm.ShardCosts is ShardCosts and pm.load_shard_costs is load_shard_costs
     assert float(g.cap) == pytest.approx(5e-3) and float(g.tw[0]) == pytest.approx(tables[name]["table_wise"] * 1e-3)
     bad = [({"unit": "h"}, "field 'unit'.*allowed: s, ms, us"),
-           ({"cap": -1}, "field 'cap': must be a number > 0"),
+           ({"cap": -1}, "field 'cap': must be a finite number > 0 and <= 1e\\+06, got -1"),
+           ({"cap": 1e50}, "field 'cap': must be a finite number > 0 and <= 1e\\+06, got 1e\\+50"),
            ({"tables": {"nope": {}}}, "field 'tables.nope': is not a table"),
            ({"tables": {name: {"diagonal": 1}}}, f"field 'tables.{name}.diagonal': unknown sharding type"),
-           ({"tables": {name: {"table_wise": float("nan")}}}, "table_wise': must be a number >= 0"),
+           ({"tables": {name: {"table_wise": float("nan")}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+06, got nan"),
+           ({"unit": "ms", "tables": {name: {"table_wise": 1e50}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+09"),
            ({"tables": {name: {"data_parallel": [1, 2]}}}, "data_parallel': has 2 entries; give one number, or 4"),
            ({"tables": {name: {"column_wise": {"1": 2}}}}, "column_wise.1': shard count must be an integer in 2"),
            ({"extra": 1}, "field 'extra': unknown field")]
@@ -138,9 +140,12 @@ def test_cli_search_with_a_guard_file(tmp_path, capsys):
     under the table says so; --json carries the guard's figures."""
     from perfmodel.cli import main
     system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
-    tables = {n: {"table_wise": 1.0 + i % 3, "data_parallel": 0.5} for i, n in enumerate(model.tables.names)}
-    free = ShardCosts.from_dict(system, model, {"cap": 1e9, "tables": tables})
-    cap = 0.9 * free.value(pm.default_plan(system, model), system, model) * 1e3
+    tables = {n: {"table_wise": 1.0 + i % 3, "data_parallel": 0.5, "row_wise": 0.4, "table_row_wise": 0.6,
+                  "column_wise": {"2": 0.7}} for i, n in enumerate(model.tables.names)}
+    free = ShardCosts.from_dict(system, model, {"unit": "ms", "cap": 1e6, "tables": tables})
+    greedy = free.value(pm.default_plan(system, model), system, model) * 1e3      # ms, every type priced
+    cap = 0.9 * greedy
+    assert greedy < 1e3, "the default plan must be priced: the cap would not bind"
     path = tmp_path / "guard.json"
     path.write_text(json.dumps({"name": "toy", "unit": "ms", "cap": cap, "tables": tables}))
     base = ["search", "--system", "h100-8", "--model", "dlrm-small", "--no-progress", "--until-converged",
@@ -166,7 +171,7 @@ def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
     costs[0] = 3.0 * costs.sum() / system.num_chips                 # one table above the mean share: split
     tables = {n: {"table_wise": float(c), "column_wise": {str(k): float(c) / k * 1.1 for k in (2, 3, 4)}}
               for n, c in zip(model.tables.names, costs)}
-    guard = ShardCosts.from_dict(system, model, {"cap": 1e9, "tables": tables})
+    guard = ShardCosts.from_dict(system, model, {"cap": 1e6, "tables": tables})
     masks = make_masks(system, model)
     masks = dataclasses.replace(masks, types=np.where(guard.priced(), masks.types, -1e9))     # as search does
     plan = packed_start(LocalSearch(system, model, masks, guard=guard), pm.greedy_plan(system, model))

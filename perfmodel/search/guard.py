@@ -32,12 +32,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError, read_file
+from ..config import ConfigError, Num, check_number, read_file
 from ..hardware import System, _pytree, static
 from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, plan_arrays
 from ..workload import RankingModel
 
 UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
+MAX_S = 1e6              # seconds: the largest cost or cap a guard takes (assumed: no step costs 11 days)
 TOLERANCE = 1e-5         # relative: float32 sums of a plan's shard costs meet a cap they equal
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -74,7 +75,7 @@ class ShardCosts:
         if unit not in UNITS:
             raise ConfigError(src, "unit", f"is {unit!r}; allowed: {', '.join(UNITS)}")
         scale = UNITS[unit]
-        cap = _number(data.get("cap"), src, "cap", positive=True) * scale
+        cap = _number(data.get("cap"), src, "cap", scale, positive=True)
         tables = data.get("tables")
         names = list(model.tables.names)
         if not isinstance(tables, dict) or not tables:
@@ -96,9 +97,9 @@ class ShardCosts:
                 raise ConfigError(src, f"{where}.{bad[0]}", f"unknown sharding type; allowed: {', '.join(SHARDING_TYPES)}")
             for key, arr, width in (("data_parallel", dp, D), ("row_wise", rw, D), ("table_row_wise", twrw, L)):
                 if key in costs:
-                    arr[t] = _per_device(costs[key], width, src, f"{where}.{key}") * scale
+                    arr[t] = _per_device(costs[key], width, src, f"{where}.{key}", scale)
             if "table_wise" in costs:
-                tw[t] = _number(costs["table_wise"], src, f"{where}.table_wise") * scale
+                tw[t] = _number(costs["table_wise"], src, f"{where}.table_wise", scale)
             if "column_wise" in costs:
                 split = costs["column_wise"]
                 if not isinstance(split, dict):
@@ -106,7 +107,7 @@ class ShardCosts:
                 for k, v in split.items():
                     if not (str(k).isdigit() and 2 <= int(k) <= kmax):
                         raise ConfigError(src, f"{where}.column_wise.{k}", f"shard count must be an integer in 2..{kmax}")
-                    cw[t, int(k)] = _number(v, src, f"{where}.column_wise.{k}") * scale
+                    cw[t, int(k)] = _number(v, src, f"{where}.column_wise.{k}", scale)
         f = lambda x: np.asarray(x, np.float32)
         return cls(dp=f(dp), tw=f(tw), cw=f(cw), rw=f(rw), twrw=f(twrw), cap=f(cap), name=str(data.get("name", "guard")))
 
@@ -185,16 +186,16 @@ def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:
     return ShardCosts.from_dict(system, model, read_file(path), src=str(path))
 
 
-def _number(x, src: str, field: str, positive: bool = False) -> float:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and (x > 0 if positive else x >= 0)
-    if not ok:
-        raise ConfigError(src, field, f"must be a number {'> 0' if positive else '>= 0'}, got {x!r}")
-    return float(x)
+def _number(x, src: str, field: str, scale: float, positive: bool = False) -> float:
+    """A cost or the cap, in seconds (`scale`: the file's unit), checked by config.check_number: finite,
+    >= 0 (> 0: the cap), and at most MAX_S seconds, so that float32 sums stay finite (a cost of 1e50
+    ms overflowed to inf and the guard's sum was NaN)."""
+    return check_number(x, Num(field, lo=0.0, lo_open=positive, hi=MAX_S / scale), src, field) * scale
 
 
-def _per_device(x, width: int, src: str, field: str) -> np.ndarray:
+def _per_device(x, width: int, src: str, field: str, scale: float) -> np.ndarray:
     if isinstance(x, list):
         if len(x) != width:
             raise ConfigError(src, field, f"has {len(x)} entries; give one number, or {width} (one per device)")
-        return np.asarray([_number(v, src, f"{field}[{i}]") for i, v in enumerate(x)])
-    return np.full(width, _number(x, src, field))
+        return np.asarray([_number(v, src, f"{field}[{i}]", scale) for i, v in enumerate(x)])
+    return np.full(width, _number(x, src, field, scale))
