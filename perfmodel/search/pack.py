@@ -27,7 +27,7 @@ from ..cache import jit
 from ..cost.embedding import table_seconds
 from ..cost.memory import capacity_bytes
 from ..hardware import System
-from ..plan import Plan, plan_arrays
+from ..plan import Plan
 from ..workload import RankingModel
 
 _table_seconds = jit(table_seconds)    # one compiled program, not some fifteen op-by-op compiles (~0.4 s)
@@ -67,7 +67,7 @@ def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.
         cost = np.where(k > 1, split, np.asarray(guard.tw, np.float64))
         w = np.stack([cost, size], axis=1)
         base = np.zeros((D, 2))
-        base[:, 0] = np.asarray(guard.loads(plan_arrays(plan, system, model), system.domain_size), np.float64)
+        base[:, 0] = guard.device_loads(plan, system, model)
         for i in packed:
             base[plan.tables[names[i]].ranks, 0] -= cost[i]
 
