@@ -397,22 +397,21 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"(planner's own: {rate_tr:.3f} ms)")
     print(f"    lossy in importing TorchRec's plan: {dict(lossy) if lossy else 'nothing'}")
     if save_dir is not None:      # the plans as perfmodel JSON (pm.load_plan reads them), for analysis without rerunning
-        for label, plan in (("torchrec", tr_plan), ("cold", cold.plan), ("warm", warm.plan), ("quick", quick.plan),
-                            ("from_torchrec", refined.plan), ("guarded", guarded.plan)):
-            path = save_dir / f"{name}_{bandwidths}_{label}.json"
+        writes = [(f"{label}.json", plan.save) for label, plan in (
+            ("torchrec", tr_plan), ("cold", cold.plan), ("warm", warm.plan), ("quick", quick.plan),
+            ("from_torchrec", refined.plan), ("guarded", guarded.plan))]
+        # TorchRec's estimate as a guard: perfmodel search --guard reads it
+        writes.append(("torchrec_guard.json", lambda path: path.write_text(json.dumps(guard_data, indent=1))))
+        for suffix, write in writes:
+            path = save_dir / f"{name}_{bandwidths}_{suffix}"
             if path.exists():
                 print(f"    not saved: {path} exists (nothing is overwritten)")
             else:
-                plan.save(path)
-        path = save_dir / f"{name}_{bandwidths}_torchrec_guard.json"     # perfmodel search --guard reads it
-        if path.exists():
-            print(f"    not saved: {path} exists (nothing is overwritten)")
-        else:
-            path.write_text(json.dumps(guard_data, indent=1))
+                write(path)
         print(f"    plans and TorchRec's estimate as a guard saved in {save_dir}")
     # cold planning time: when the cold search first held a plan at least as fast (perfmodel's step) as
     # TorchRec's (its notes' anytime profile, compilation included); its wall time is its budget
-    matched = next((t for t, step in cold.notes.get("progress", []) if step <= float(bd_tr.step_s) * (1 + 1e-9)), None)
+    matched = first_at(cold.notes.get("progress", []), float(bd_tr.step_s))
     speed_cold = tr_wall / matched if matched else 0.0
     speed_quick = tr_wall / quick.wall_s
     # a new process that loads its programs from the persistent cache (a repeat user of the CLI)
@@ -434,7 +433,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"{verdict(ok_cost['cold'])} ({versus('cold')}); warm {verdict(ok_cost['warm'])} ({versus('warm')}); "
           f"1/10-time {verdict(ok_cost['quick'])} ({versus('quick')})")
     g = guarded.notes["guard"]
-    g_at = next((t for t, step in guarded.notes.get("progress", []) if step <= float(bd_tr.step_s) * (1 + 1e-9)), None)
+    g_at = first_at(guarded.notes.get("progress", []), float(bd_tr.step_s))
     g_held = (f"held a plan within the cap and as fast as TorchRec's (perfmodel's step) after {g_at:.2f} s, "
               f"{tr_wall / g_at:.2f}x TorchRec's planning speed, the guard's scorers compiling" if g_at else
               "never held a plan within the cap as fast as TorchRec's (perfmodel's step)")
@@ -476,8 +475,12 @@ def cached_process(name: str, seed: int, budget_s: float, target_s: float) -> tu
             if out.returncode != 0:
                 raise SystemExit(f"the cached-process search failed:\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    at = next((t for t, step in res["progress"] if step <= target_s * (1 + 1e-9)), None)
-    return at, res["step_s"]
+    return first_at(res["progress"], target_s), res["step_s"]
+
+
+def first_at(progress, target_s: float) -> float | None:
+    """When an anytime profile ([[seconds, step_s], ...]) first held a plan of step <= target_s; None: never."""
+    return next((t for t, step in progress if step <= target_s * (1 + 1e-9)), None)
 
 
 def verdict(ok: bool) -> str:
