@@ -40,8 +40,8 @@ def _cmd_evaluate(args) -> int:
         src = args.plan or "default (greedy) plan"
         print(format_breakdown(bd, f"{model.name} on {system.name} ({system.num_chips} x {system.chip.name}), plan: {src}"))
         if guard is not None:
-            print(f"guard {guard.name} ({args.guard}): the plan's busiest device {value * 1e3:.4g} ms, cap "
-                  f"{float(guard.cap) * 1e3:.4g} ms: {'within' if met else 'OVER'}")
+            from .cli_search import guard_line
+            print(guard_line(guard.name, args.guard, value, float(guard.cap), met))
     return 0
 
 

@@ -109,8 +109,8 @@ def _cmd_search(args) -> int:
         print(search_status(chosen))
     if "guard" in chosen.notes:
         g = chosen.notes["guard"]
-        print(f"guard {g['name']} ({args.guard}): the plan's busiest device {g['value_s'] * 1e3:.4g} ms, cap "
-              f"{g['cap_s'] * 1e3:.4g} ms: {'met' if g['met'] else 'NOT met (no plan within the cap was found)'}"
+        print(guard_line(g["name"], args.guard, g["value_s"], g["cap_s"], g["met"])
+              + ("" if g["met"] else " (no plan within the cap was found)")
               + (f"; {', '.join(r.method for r in results[1:])} searched without it" if len(results) > 1 else ""))
     print()
     print(describe_plan(chosen.plan, model))
@@ -127,6 +127,12 @@ def _cmd_search(args) -> int:
     if args.out:
         print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
     return 0
+
+
+def guard_line(name: str, path: str, value_s: float, cap_s: float, met: bool) -> str:
+    """One line on a plan's value under a guard (search --guard, evaluate --guard)."""
+    return (f"guard {name} ({path}): the plan's busiest device {value_s * 1e3:.4g} ms, cap {cap_s * 1e3:.4g} ms: "
+            f"{'met' if met else 'NOT met'}")
 
 
 def search_status(r) -> str:
