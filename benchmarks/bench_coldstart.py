@@ -43,9 +43,8 @@ t = time.perf_counter()
 r = pm.search(system, model, budget_s=float(sys.argv[4]), seed=0)
 wall = time.perf_counter() - t
 first = r.notes["progress"][0]
-target = float(sys.argv[5])
-at = next((t for t, step in r.notes["progress"] if step <= target * (1 + 1e-9)), None)
-print(json.dumps({"wall_s": wall, "first_at_s": first[0], "first_step_s": first[1], "target_at_s": at, "step_s": r.step_s}))
+print(json.dumps({"wall_s": wall, "first_at_s": first[0], "first_step_s": first[1],
+                  "target_at_s": r.first_at(float(sys.argv[5])), "step_s": r.step_s}))
 """
 
 

@@ -411,7 +411,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
         print(f"    plans and TorchRec's estimate as a guard saved in {save_dir}")
     # cold planning time: when the cold search first held a plan at least as fast (perfmodel's step) as
     # TorchRec's (its notes' anytime profile, compilation included); its wall time is its budget
-    matched = first_at(cold.notes.get("progress", []), float(bd_tr.step_s))
+    matched = cold.first_at(float(bd_tr.step_s))
     speed_cold = tr_wall / matched if matched else 0.0
     speed_quick = tr_wall / quick.wall_s
     # a new process that loads its programs from the persistent cache (a repeat user of the CLI)
@@ -433,7 +433,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"{verdict(ok_cost['cold'])} ({versus('cold')}); warm {verdict(ok_cost['warm'])} ({versus('warm')}); "
           f"1/10-time {verdict(ok_cost['quick'])} ({versus('quick')})")
     g = guarded.notes["guard"]
-    g_at = first_at(guarded.notes.get("progress", []), float(bd_tr.step_s))
+    g_at = guarded.first_at(float(bd_tr.step_s))
     g_held = (f"held a plan within the cap and as fast as TorchRec's (perfmodel's step) after {g_at:.2f} s, "
               f"{tr_wall / g_at:.2f}x TorchRec's planning speed, the guard's scorers compiling" if g_at else
               "never held a plan within the cap as fast as TorchRec's (perfmodel's step)")
@@ -467,6 +467,8 @@ def cached_process(name: str, seed: int, budget_s: float, target_s: float) -> tu
     cache: one process fills a new cache folder, a second, timed, loads them. Returns when the second
     first held a plan of step <= target_s (its anytime profile; None: never) and its final step."""
     import subprocess
+
+    from perfmodel.search.api import first_at
     import tempfile
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(2):
@@ -476,11 +478,6 @@ def cached_process(name: str, seed: int, budget_s: float, target_s: float) -> tu
                 raise SystemExit(f"the cached-process search failed:\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
     return first_at(res["progress"], target_s), res["step_s"]
-
-
-def first_at(progress, target_s: float) -> float | None:
-    """When an anytime profile ([[seconds, step_s], ...]) first held a plan of step <= target_s; None: never."""
-    return next((t for t, step in progress if step <= target_s * (1 + 1e-9)), None)
 
 
 def verdict(ok: bool) -> str:

@@ -453,3 +453,18 @@ def test_benchmark_instance_lists_are_parsed_with_clear_errors():
     for bad in ("x", "0", "-1", "nan", "inf"):
         with pytest.raises(ConfigError, match=f"--warm-budgets.*entry '{bad}' is not a number of seconds > 0"):
             parse_budgets(bad)
+
+
+
+def test_first_at_reads_the_anytime_profile():
+    """SearchResult.first_at: when the profile first held a plan at least as fast as a target (a
+    relative 1e-9 of slack for float noise); None when it never did, or keeps no profile."""
+    import dataclasses
+
+    from perfmodel.search.api import SearchResult, first_at
+    progress = [[0.5, 6.0e-3], [0.9, 3.2e-3], [1.4, 3.0e-3], [2.0, 2.7e-3]]
+    assert first_at(progress, 3.0e-3) == 1.4 and first_at(progress, 3.0e-3 * (1 - 1e-12)) == 1.4
+    assert first_at(progress, 2.99e-3) == 2.0 and first_at(progress, 1e-3) is None
+    r = SearchResult(method="gradient", plan=None, breakdown=None, step_s=2.7e-3, samples_per_s=0.0, feasible=True,
+                     wall_s=2.0, seed=0, notes={"progress": progress})
+    assert r.first_at(3.1e-3) == 1.4 and dataclasses.replace(r, notes={}).first_at(1.0) is None

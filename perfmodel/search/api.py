@@ -99,6 +99,17 @@ class SearchResult:
         mem = float(np.max(np.asarray(self.breakdown.memory_bytes)))
         return 1.0 - mem / float(self.breakdown.capacity_bytes)
 
+    def first_at(self, step_s: float) -> float | None:
+        """Seconds (since the call, compilation included) at which the search first held a plan of step
+        <= step_s, from its anytime profile; None: never (or no profile: greedy, exact)."""
+        return first_at(self.notes.get("progress", []), step_s)
+
+
+def first_at(progress, step_s: float) -> float | None:
+    """When an anytime profile ([[seconds, step_s], ...], notes["progress"]) first held a plan of step
+    <= step_s (to a relative 1e-9); None: never."""
+    return next((t for t, s in progress if s <= step_s * (1 + 1e-9)), None)
+
 
 class _Progress:
     """A tqdm bar over the wall-clock budget, ticking from a light background thread (the search's
