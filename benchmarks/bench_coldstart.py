@@ -1,8 +1,9 @@
 """A new process's first seconds: how soon a search started in a fresh Python process holds its first
 plan, and how good a plan it holds by the end of a short budget, with the persistent compile cache
-(perfmodel.enable_compile_cache) on, keeping the traced programs too (perfmodel.cache.EXPORT, the
-library's setting: the search's scorers and move batches are loaded as exported programs, not traced
-again) against keeping the compiled programs only (EXPORT = False, the setting before), in the same run.
+(perfmodel.enable_compile_cache) on, keeping the search's programs as traced programs and as the
+executables compiled from them (perfmodel.cache.EXPORT, the library's setting: the search's scorers,
+move batches and relaxed step are loaded, not traced, lowered or looked up in XLA's cache) against
+keeping XLA's compiled programs only (EXPORT = False, every program traced again), in the same run.
 
     python benchmarks/bench_coldstart.py                       # MLPerf on h100-16, 2-s budget, 5 runs each
     python benchmarks/bench_coldstart.py --instance dlrm-dcnv2-mlperf@mtia300-64 --budget-s 3 --runs 3

@@ -59,62 +59,72 @@ def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path, monkeypatch):
 
 
 def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_path, monkeypatch):
-    """cache.jit(export=True): with the persistent cache on, the first call traces the function and
-    keeps the exported program in the cache folder; a new process (a new Exported, nothing in memory)
-    loads it without running the Python function, and gives the same numbers, pytrees and all. Other
-    shapes are another program; under a trace, or with the cache off, it is the plain jitted function;
-    an unreadable file is traced again; another source of perfmodel does not reuse the file."""
+    """cache.jit(export=True): with the persistent cache on, the first call traces the function, keeps
+    the exported program and the executable compiled from it in the cache folder; a new process (a new
+    Exported, nothing in memory) loads the executable without running the Python function (or, without
+    it, the exported program), and gives the same numbers, pytrees and all. Other shapes are another
+    program; under a trace, or with the cache off, it is the plain jitted function; unreadable files are
+    made again; another source of perfmodel does not reuse them; an executable XLA's cache handed back
+    is not kept (its copy would not run)."""
     import jax.numpy as jnp
     import numpy as np
     from jax._src import compilation_cache
 
     from perfmodel import cache
 
-    traces = []
+    traces, loads = [], []
 
     def f(box, x):
         traces.append(1)                       # runs only while tracing
         return {"y": jnp.tanh(x * box.w) * box.scale, "n": jnp.sum(x)}, Box(w=box.w * 2, scale=box.scale, tag=box.tag)
 
+    def same(got, want):
+        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
     box, x = Box(w=np.arange(3, dtype=np.float32), scale=1.5), np.linspace(0, 1, 3).astype(np.float32)
     plain = jax.jit(f)(box, x)
-    files = lambda: sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("perfmodel-export-"))
+    kept = lambda kind: sorted(p for p in tmp_path.iterdir() if p.name.startswith(f"perfmodel-{kind}-"))
+    jax.monitoring.register_event_listener(lambda event, **_: loads.append(1) if event == cache.EXECUTABLE_LOADED else None)
     before = jax.config.jax_compilation_cache_dir
     try:
         compilation_cache.reset_cache()
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
         traces.clear()
-        first = cache.jit(f, export=True)(box, x)
-        assert len(traces) >= 1 and len(files()) == 1
+        same(cache.jit(f, export=True)(box, x), plain)
+        assert len(traces) >= 1 and len(kept("export")) == 1 and len(kept("exec")) == 1 and loads == []
         traces.clear()
         again = cache.jit(f, export=True)                  # a new process: nothing in memory
         second = again(box, x)
-        assert traces == [], "the exported program was traced again instead of loaded"
-        for got in (first, second):
-            assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(plain)
-            for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(plain)):
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert traces == [] and loads == [1], "the kept executable was not loaded"
+        same(second, plain)
         assert second[1].tag == "a"
+        kept("export")[0].unlink()                         # the executable alone suffices
+        same(cache.jit(f, export=True)(box, x), plain)
+        assert traces == [] and loads == [1, 1] and kept("export") == []
         again(Box(w=np.arange(4, dtype=np.float32), scale=1.5), np.zeros(4, np.float32))     # other shapes
         again(dataclasses.replace(box, tag="b"), x)                                         # another static field
-        assert len(files()) == 3
+        assert len(kept("export")) == 2 and len(kept("exec")) == 3
         jax.vmap(lambda xs: again(box, xs)[0]["n"])(np.ones((2, 3), np.float32))            # traced: plain jit
-        assert len(files()) == 3
-        for name in files():
-            (tmp_path / name).write_bytes(b"cut short")
+        assert len(kept("export")) == 2 and len(kept("exec")) == 3
+        for path in kept("export") + kept("exec"):
+            path.write_bytes(b"cut short")
         traces.clear()
-        out = cache.jit(f, export=True)(box, x)                # unreadable: traced and written again
-        assert len(traces) >= 1
-        np.testing.assert_array_equal(np.asarray(out[0]["y"]), np.asarray(plain[0]["y"]))
+        n = len(loads)
+        same(cache.jit(f, export=True)(box, x), plain)     # unreadable: traced and exported again
+        # and compiled, but XLA's cache had that executable (from the first call), so it is not kept:
+        # a copy of an executable XLA loaded fails when called ("Function ... not found")
+        assert len(traces) >= 1 and len(loads) == n and all(p.read_bytes() == b"cut short" for p in kept("exec"))
         traces.clear()
-        cache.jit(f, export=True)(box, x)
-        assert traces == []
+        same(cache.jit(f, export=True)(box, x), plain)     # the exported program again, not traced
+        assert traces == [] and len(loads) == n
         monkeypatch.setattr(cache, "_source_digest", lambda: "edited-source")
         cache.jit(f, export=True)(box, x)
-        assert len(traces) >= 1 and len(files()) == 4
+        assert len(traces) >= 1 and len(kept("export")) == 4 and len(kept("exec")) == 4    # a fresh compile: kept
         jax.config.update("jax_compilation_cache_dir", None)
         off = cache.jit(f, export=True)(box, x)                # cache off: plain jit, nothing written
-        assert len(files()) == 4 and float(off[0]["n"]) == float(plain[0]["n"])
+        assert len(kept("export")) == 4 and float(off[0]["n"]) == float(plain[0]["n"])
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
         compilation_cache.reset_cache()

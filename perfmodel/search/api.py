@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..cache import exporting, is_kept, mark_kept
+from ..cache import EXECUTABLE_LOAD, EXECUTABLE_LOADED, exporting, is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
@@ -56,11 +56,12 @@ RELAXED_COMPILE = {"quick": 5.0, "optimized": 8.2}
 # search that loaded its scorer compiled the step until its deadline and took one step (2.97 ms
 # instead of 2.77 with the step on disk too)
 SCORER_COMPILE_OVER_LOAD = 2.5
-# When both were loaded from the persistent cache as exported programs (cache.Exported: not traced),
-# the step's first call over the scorer's figure: 0.70 / 0.31-0.35 s = 2.0-2.3 on MLPerf / h100-16
-# (quick), 0.81 / 0.29 = 2.8 on prod-856 / mtia300-256 (optimized), two new processes each. Priced by
-# RELAXED_COMPILE (5.0, 8.2) the loaded step read as 2-3x its cost (it was traced then: 1.75 s)
-RELAXED_LOAD_EXPORTED = 3.0
+# When both were loaded from the persistent cache as kept executables (cache.Exported: not traced,
+# lowered or compiled), the step's first call over the scorer's figure: 0.62 / 0.15 s = 4.1 on MLPerf /
+# h100-16 (quick), 0.69-0.71 / 0.15-0.16 = 4.5 on prod-856 / mtia300-256 (optimized), two new processes
+# each. (Made from exported programs instead, through XLA's cache: 0.70 / 0.31-0.35 = 2.0-2.3 and
+# 0.81 / 0.29 = 2.8; the scorer loads twice as fast as an executable, the step's 5.8-6.6 MB little faster)
+RELAXED_LOAD_EXPORTED = 4.5
 # the share of the time left that compiling the relaxed step may take: the rest refines its roundings
 # and kicks. With the compile allowed all of it (less a 2-s margin), a cold 30-s search of MLPerf on
 # h100-16 compiled until ~1 s before its deadline and, in one of five runs, returned its refined
@@ -159,8 +160,8 @@ class _CompileClock:
     makes the program; the search's warm-up thread compiles beside the main one)."""
 
     EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-              "/jax/core/compile/backend_compile_duration")
-    HIT = "/jax/compilation_cache/cache_hits"
+              "/jax/core/compile/backend_compile_duration", EXECUTABLE_LOAD)
+    HITS = ("/jax/compilation_cache/cache_hits", EXECUTABLE_LOADED)
     _totals: dict = {}        # thread ident -> [seconds, cache hits]
     _listening = False
 
@@ -171,7 +172,7 @@ class _CompileClock:
 
     @classmethod
     def _count(cls, event: str, **_):
-        if event == cls.HIT:
+        if event in cls.HITS:
             cls._totals.setdefault(threading.get_ident(), [0.0, 0])[1] += 1
 
     def __enter__(self):
@@ -395,7 +396,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
     (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it,
     x SCORER_COMPILE_OVER_LOAD when the scorer was loaded from disk and the step was not kept there;
-    RELAXED_LOAD_EXPORTED x the scorer's when both are kept as exported programs),
+    RELAXED_LOAD_EXPORTED x the scorer's when both are kept as executables (cache.Exported)),
     or, when it is compiled already, its steps do (as last timed in this process; on a small instance
     a quick-compiled step that fits BACKGROUND_SHARE of the time left after the start compiles in a
     thread during the descent, and is then waited for at most RELAXED_SHARE of the time left), run the gradient

@@ -38,7 +38,7 @@ MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (T
 HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
 
 
-@jit
+@jit(export=True)     # a new process with the persistent cache loads it: tracing it took 0.04 s (cache.Exported)
 def _inputs(system: System, model: RankingModel, shards):
     """What the greedy planner needs from the cost model, in one compiled program (called op by op,
     the same functions compiled some thirty one-op programs: about 0.8 s of a cold search):
