@@ -128,3 +128,36 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
         compilation_cache.reset_cache()
+
+
+def test_ready_makes_an_exported_program_without_a_call(tmp_path):
+    """Exported.ready: the program for these arguments is made (traced, exported, compiled and kept)
+    and a later call uses it as is; with the cache off there is nothing to make ahead (False)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from jax._src import compilation_cache
+
+    from perfmodel import cache
+
+    traces = []
+
+    def g(x):
+        traces.append(1)
+        return jnp.cumsum(x) * 3.0
+
+    x = np.arange(5, dtype=np.float32)
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        compilation_cache.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert cache.jit(g, export=True).ready(x) is False
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        e = cache.jit(g, export=True)
+        assert e.ready(x) is True and len(traces) == 1
+        assert any(p.name.startswith("perfmodel-exec-") for p in tmp_path.iterdir())
+        np.testing.assert_allclose(np.asarray(e(x)), np.cumsum(x) * 3.0)
+        assert len(traces) == 1                      # made once, by ready
+        assert e.ready(x) is True and len(traces) == 1
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..cache import EXECUTABLE_LOAD, EXECUTABLE_LOADED, exporting, is_kept, mark_kept
+from ..cache import EXECUTABLE_LOAD, EXECUTABLE_LOADED, Exported, exporting, is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
@@ -570,7 +570,11 @@ def _compile_step(restarts, system, model, masks, warm, step_name):
     _STEP_COMPILING[key] = threading.current_thread()
     try:
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
-        jax.block_until_ready(gs.step_for(restarts, system, model)(params, state, system, model, masks, np.float32(1.0)))
+        step, args = gs.step_for(restarts, system, model), (params, state, system, model, masks, np.float32(1.0))
+        # made without a step run where it can be (a kept executable: the step's run took the cores from
+        # the descent beside it); else by running one
+        if not (isinstance(step, Exported) and step.ready(*args)):
+            jax.block_until_ready(step(*args))
     except Exception:     # noqa: BLE001 -- not compiled after all: the relaxed phase prices and compiles it itself
         return
     finally:
