@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import threading
 import zlib
 
@@ -57,6 +58,15 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def _version_tag() -> str:
+    """Eight hex digits for this jax version and this source of perfmodel, in the name of every file
+    perfmodel keeps in the cache folder (and of the XLA programs compiled for them), so that
+    `perfmodel cache --prune` can tell the files other versions left."""
+    import jax
+
+    return hashlib.sha256(f"{jax.__version__}|{_source_digest()}".encode()).hexdigest()[:8]
+
+
 def _kept_path(name: str) -> str | None:
     import jax
 
@@ -64,7 +74,7 @@ def _kept_path(name: str) -> str | None:
     if not folder:
         return None
     digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
-    return os.path.join(folder, f"perfmodel-kept-{digest}")
+    return os.path.join(folder, f"perfmodel-kept-{_version_tag()}-{digest}")
 
 
 def mark_kept(name: str) -> None:
@@ -87,6 +97,49 @@ def is_kept(name: str) -> bool:
     perfmodel."""
     path = _kept_path(name)
     return path is not None and os.path.exists(path)
+
+
+# What `perfmodel cache` counts, prunes and clears in the cache folder: perfmodel's files (kind, version
+# tag or none: written before tags, or a .tmp a write left), and XLA's entries (jax's LRU cache files;
+# the module name says whether perfmodel compiled it for one of its kept programs, and for which version)
+_OURS = re.compile(r"perfmodel-(export|exec|kept)-(?:([0-9a-f]{8})-)?[0-9a-f]{32}(\.\d+\.tmp)?")
+_XLA = re.compile(r"(.+)-[0-9a-f]{64}-(cache|atime)")
+_XLA_OURS = re.compile(r"jit_perfmodel_([0-9a-f]{8})_[0-9a-f]+")
+CACHE_KINDS = {"xla": "compiled programs (XLA's cache)", "export": "traced programs (jax.export)",
+               "exec": "executables (this machine's)", "kept": "marks"}
+
+
+def cache_files(folder: str) -> list[dict]:
+    """The files perfmodel and XLA's cache keep in `folder`: dicts of path, kind (CACHE_KINDS), bytes,
+    and stale: True for perfmodel's files of another jax version or source of perfmodel (and XLA
+    programs compiled for those; any file a write left cut short), False for this version's, None for
+    XLA programs of anything else (they may be any version's). Other files are not listed."""
+    tag, out = _version_tag(), []
+    with os.scandir(folder) as entries:
+        for e in entries:
+            if not e.is_file(follow_symlinks=False):
+                continue
+            m, x = _OURS.fullmatch(e.name), _XLA.fullmatch(e.name)
+            if m:
+                kind, stale = m.group(1), m.group(2) != tag or m.group(3) is not None
+            elif x:
+                ours = _XLA_OURS.fullmatch(x.group(1))
+                kind, stale = "xla", (ours.group(1) != tag) if ours else None
+            else:
+                continue
+            out.append({"path": e.path, "kind": kind, "bytes": e.stat(follow_symlinks=False).st_size, "stale": stale})
+    return sorted(out, key=lambda f: f["path"])
+
+
+def remove_cache_files(files: list[dict]) -> tuple[int, int]:
+    """Remove these files (cache_files' dicts); (files removed, their bytes). A file gone meanwhile (another
+    process pruning) is skipped."""
+    n = size = 0
+    for f in files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f["path"])
+            n, size = n + 1, size + f["bytes"]
+    return n, size
 
 
 # XLA options for the programs that evaluate the model. On the CPU, XLA's newer "fusion emitters"
@@ -206,9 +259,10 @@ class Exported:
 
         name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
         digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
-        path = os.path.join(folder, f"perfmodel-export-{digest}")
+        tag = _version_tag()
+        path = os.path.join(folder, f"perfmodel-export-{tag}-{digest}")
         options = sorted(self.options.items()) if self.options else None
-        exec_path = os.path.join(folder, "perfmodel-exec-" + hashlib.sha256(f"{digest}|{options}|{_machine()}".encode()).hexdigest()[:32])
+        exec_path = os.path.join(folder, f"perfmodel-exec-{tag}-" + hashlib.sha256(f"{digest}|{options}|{_machine()}".encode()).hexdigest()[:32])
         loaded = _load_executable(exec_path)
         if loaded is not None:
             return loaded
@@ -248,7 +302,7 @@ class Exported:
         def call(*xs):
             return exp.call(*xs)
 
-        call.__name__ = call.__qualname__ = f"perfmodel_{digest[:16]}"
+        call.__name__ = call.__qualname__ = f"perfmodel_{tag}_{digest[:12]}"
         hits = _CacheHits()
         with hits:
             compiled = jax.jit(call, compiler_options=self.options).lower(*leaves).compile()

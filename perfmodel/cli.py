@@ -71,6 +71,46 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _cmd_cache(args) -> int:
+    import jax
+
+    from .cache import CACHE_KINDS, cache_files, remove_cache_files
+
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder:
+        print("the compile cache is off (PERFMODEL_CACHE_DIR is empty)")
+        return 0
+    files = cache_files(folder) if os.path.isdir(folder) else []
+    removed = None
+    if args.prune or args.clear:
+        removed = remove_cache_files([f for f in files if args.clear or f["stale"]])
+        files = cache_files(folder) if os.path.isdir(folder) else []
+    rows = {k: {"files": 0, "bytes": 0, "stale_files": 0, "stale_bytes": 0} for k in CACHE_KINDS}
+    for f in files:
+        r = rows[f["kind"]]
+        r["files"], r["bytes"] = r["files"] + 1, r["bytes"] + f["bytes"]
+        if f["stale"]:
+            r["stale_files"], r["stale_bytes"] = r["stale_files"] + 1, r["stale_bytes"] + f["bytes"]
+    if args.json:
+        out = {"folder": folder, "kinds": rows, "bytes": sum(r["bytes"] for r in rows.values())}
+        if removed is not None:
+            out["removed"] = {"files": removed[0], "bytes": removed[1]}
+        print(json.dumps(out, indent=2))
+        return 0
+    mb = lambda b: f"{b / 1e6:8.2f} MB"
+    if removed is not None:
+        print(f"removed {removed[0]} files, {mb(removed[1]).strip()} ({'all cache files' if args.clear else 'other versions'})")
+    print(f"compile cache: {folder}")
+    for k, label in CACHE_KINDS.items():
+        r = rows[k]
+        stale = f"   {r['stale_files']} of other versions, {mb(r['stale_bytes']).strip()}" if r["stale_files"] else ""
+        print(f"  {label:<34} {r['files']:6d} {mb(r['bytes'])}{stale}")
+    print(f"  {'total':<34} {len(files):6d} {mb(sum(f['bytes'] for f in files))}")
+    if any(f["stale"] for f in files):
+        print("`perfmodel cache --prune` removes the files of other versions of perfmodel or jax; --clear, all of them")
+    return 0
+
+
 def _register_analysis(sub) -> None:
     """sweep, sensitivity, trace and plot (perfmodel/cli_analysis.py)."""
     from .cli_analysis import register
@@ -162,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="the bundled systems, chips and models, one line each")
     _add_common(ls)
     ls.set_defaults(func=_cmd_list)
+
+    ca = sub.add_parser("cache", help="the compile cache's folder and what it holds; prune or clear it",
+                        description="The persistent compile cache (~/.cache/perfmodel/jax, or $PERFMODEL_CACHE_DIR; "
+                                    "empty turns it off): XLA's compiled programs, and perfmodel's traced programs, "
+                                    "executables and marks, with the share left by other versions of perfmodel or jax. "
+                                    "Other files in the folder are neither counted nor removed.")
+    act = ca.add_mutually_exclusive_group()
+    act.add_argument("--prune", action="store_true",
+                     help="remove perfmodel's files of other versions (and the XLA programs compiled for them)")
+    act.add_argument("--clear", action="store_true", help="remove every cache file: the next search compiles again")
+    _add_common(ca)
+    ca.set_defaults(func=_cmd_cache)
     _register_analysis(sub)
     _register_search(sub)
     _register_fidelity(sub)

@@ -1,4 +1,5 @@
 import dataclasses
+import pathlib
 
 import jax
 
@@ -161,3 +162,48 @@ def test_ready_makes_an_exported_program_without_a_call(tmp_path):
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
         compilation_cache.reset_cache()
+
+
+def test_cache_command_counts_prunes_and_clears_only_cache_files(tmp_path, monkeypatch, capsys):
+    """`perfmodel cache`: counts XLA's entries and perfmodel's files per kind, with those of other
+    versions (another version tag, none, or a write cut short) as stale; --prune removes exactly those
+    (and XLA programs compiled for another version), --clear every cache file; a file of the user's in
+    the folder, and a subfolder, are never touched."""
+    import json
+
+    from perfmodel import cache, cli
+
+    tag, h32, h64 = cache._version_tag(), "a" * 32, "b" * 64
+    names = {
+        f"perfmodel-export-{tag}-{h32}": False, f"perfmodel-exec-{tag}-{h32}": False,
+        f"perfmodel-export-deadbeef-{h32}": True, f"perfmodel-exec-{h32}": True,      # another version; before tags
+        f"perfmodel-kept-{tag}-{h32}.123.tmp": True,                                  # a write cut short
+        f"jit_perfmodel_{tag}_{'c' * 12}-{h64}-cache": False,
+        f"jit_perfmodel_deadbeef_{'c' * 12}-{h64}-cache": True, f"jit_perfmodel_deadbeef_{'c' * 12}-{h64}-atime": True,
+        f"jit_score-{h64}-cache": None,                                               # any program's
+    }
+    for i, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"x" * (i + 1))
+    (tmp_path / "my-notes.txt").write_text("mine")
+    (tmp_path / "sub").mkdir()
+    found = {pathlib.Path(f["path"]).name: f["stale"] for f in cache.cache_files(str(tmp_path))}
+    assert found == names
+    before = jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path))
+    try:
+        assert cli.main(["cache", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["kinds"]["xla"] == {"files": 4, "bytes": 6 + 7 + 8 + 9, "stale_files": 2, "stale_bytes": 7 + 8}
+        assert out["kinds"]["export"]["stale_files"] == 1 and out["kinds"]["kept"]["files"] == 1
+        assert cli.main(["cache", "--prune"]) == 0
+        assert "removed 5 files" in capsys.readouterr().out
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted([n for n, stale in names.items() if not stale] + ["my-notes.txt", "sub"])
+        assert cli.main(["cache", "--clear", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["removed"]["files"] == 4
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["my-notes.txt", "sub"]
+        monkeypatch.setenv("PERFMODEL_CACHE_DIR", "")
+        jax.config.update("jax_compilation_cache_dir", None)          # a new process's setting
+        assert cli.main(["cache"]) == 0 and "off" in capsys.readouterr().out
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
