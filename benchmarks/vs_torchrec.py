@@ -467,7 +467,7 @@ print(json.dumps({"progress": r.notes["progress"], "step_s": r.step_s}))
 
 
 # new processes timed per case (after one that fills the cache): their median is reported. One alone
-# ranged 0.36-0.62 s on mlperf-64 (5 runs), against TorchRec's 4.35-4.70 s
+# ranged 0.36-0.64 s on mlperf-64 (15 runs), against TorchRec's 4.35-4.70 s
 CACHED_RUNS = 3
 
 
