@@ -80,11 +80,22 @@ def _cmd_cache(args) -> int:
     if not folder:
         print("the compile cache is off (PERFMODEL_CACHE_DIR is empty)")
         return 0
-    files = cache_files(folder) if os.path.isdir(folder) else []
+    def listed():
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise ConfigError(folder, "", "is not a folder (the compile cache's: PERFMODEL_CACHE_DIR)")
+        try:
+            return cache_files(folder) if os.path.isdir(folder) else []
+        except OSError as err:
+            raise ConfigError(folder, "", f"the compile cache's folder cannot be read: {err.strerror}") from None
+
+    files = listed()
     removed = None
     if args.prune or args.clear:
-        removed = remove_cache_files([f for f in files if args.clear or f["stale"]])
-        files = cache_files(folder) if os.path.isdir(folder) else []
+        try:
+            removed = remove_cache_files([f for f in files if args.clear or f["stale"]])
+        except OSError as err:
+            raise ConfigError(folder, "", f"a cache file cannot be removed: {err.strerror}: {err.filename}") from None
+        files = listed()
     rows = {k: {"files": 0, "bytes": 0, "stale_files": 0, "stale_bytes": 0} for k in CACHE_KINDS}
     for f in files:
         r = rows[f["kind"]]
