@@ -80,6 +80,7 @@ def _cmd_cache(args) -> int:
     if not folder:
         print("the compile cache is off (PERFMODEL_CACHE_DIR is empty)")
         return 0
+
     def listed():
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise ConfigError(folder, "", "is not a folder (the compile cache's: PERFMODEL_CACHE_DIR)")

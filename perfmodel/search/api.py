@@ -571,8 +571,8 @@ def _compile_step(restarts, system, model, masks, warm, step_name):
     try:
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
         step, args = gs.step_for(restarts, system, model), (params, state, system, model, masks, np.float32(1.0))
-        # made without a step run where it can be (a kept executable: the step's run took the cores from
-        # the descent beside it); else by running one
+        # made (loaded, or traced and compiled) without running a step of throw-away restarts where it
+        # can be (cache.Exported.ready); else by running one
         if not (isinstance(step, Exported) and step.ready(*args)):
             jax.block_until_ready(step(*args))
     except Exception:     # noqa: BLE001 -- not compiled after all: the relaxed phase prices and compiles it itself
