@@ -139,7 +139,7 @@ def test_a_scorer_loaded_from_disk_prices_the_relaxed_step_as_a_compile_unless_i
     monkeypatch.setitem(api._SCORER_COMPILE_S, gs._cache_key(0, system, model), (0.12, True))
     compiled, real = [], api._compile_step
     monkeypatch.setattr(gs, "is_compiled", lambda *a: bool(compiled))      # not in this process until made
-    monkeypatch.setattr(api, "_compile_step", lambda *a: (real(*a), compiled.append(1)))
+    monkeypatch.setattr(api, "_compile_step", lambda *a, **k: (real(*a, **k), compiled.append(1)))
     monkeypatch.setattr(api, "is_kept", lambda name: False)
     compiles = pm.search(system, model, "gradient", seed=0, budget_s=2.5)
     assert not compiled and "estimated compile" in compiles.notes["gradient_skipped"]
@@ -160,7 +160,7 @@ def test_a_relaxed_step_still_compiling_after_the_descent_is_not_waited_for(smal
     monkeypatch.setitem(api._SCORER_COMPILE_S, gs._cache_key(0, system, model), (0.1, False))
     monkeypatch.setattr(gs, "is_compiled", lambda *a: False)
     started = []
-    monkeypatch.setattr(api, "_compile_step", lambda *a: (started.append(1), time.sleep(8)))
+    monkeypatch.setattr(api, "_compile_step", lambda *a, **k: (started.append(1), time.sleep(8)))
     t0 = time.time()
     r = pm.search(system, model, "gradient", seed=0, budget_s=4)
     assert started and time.time() - t0 < 4.2 and r.wall_s < 4.2

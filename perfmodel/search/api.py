@@ -73,6 +73,9 @@ RELAXED_SHARE = 0.5
 # budget. Cold 20-s MLPerf searches: at 0.5, one of three started it (h100-16, its scorer's figure
 # 1.39 s; not mtia300-64 at 2.65 s, h100-64 at 1.48), and it ran; at 0.6 three of three (1.01-1.31 s)
 BACKGROUND_SHARE = 0.6
+# the share of the time left that a relaxed step kept on disk waits, before it loads beside the start's
+# descent, for that descent's first better plan (_compile_step's `after`)
+LOAD_WAIT = 0.1
 FINALISTS = 4          # rounded restarts refined
 RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
@@ -423,6 +426,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         compile_cost *= SCORER_COMPILE_OVER_LOAD
     elif eval_loaded and exporting():                 # both loaded, neither traced
         compile_cost = RELAXED_LOAD_EXPORTED * eval_compile
+    loading = eval_loaded and exporting() and is_kept(step_name)
     # on a small instance the quick-compiled step compiles in a thread during the start's descent when it
     # fits BACKGROUND_SHARE of the time left. A large instance's descent uses the whole half and is its
     # main work: there the compile waits for the half, as before (synthetic-300 / h100-64 at 60 s, the
@@ -434,7 +438,12 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
             (unbounded or compile_cost <= BACKGROUND_SHARE * (deadline - time.time())):
         # (the thread registers itself in _STEP_COMPILING and removes itself when done; registered here
         # as well, a thread done before the assignment stayed there, stopped)
-        compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name),
+        # a step to load, not compile (about 0.7 s on a core the scorer would use), waits for the start's
+        # descent to better its start first: MLPerf / h100-64, new processes, 4.5-s budget, TorchRec's
+        # quality (2.719 ms) held at a median of 0.46 s with the load beside the first round, 0.37 s alone
+        after = (len(ls.progress), time.time() + LOAD_WAIT * (deadline - time.time())) if loading else None
+        compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name,
+                                                     after=after, progress=ls.progress),
                                "perfmodel-relaxed-step")
     packed = rebalance(system, model, greedy, memory)
     packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
@@ -559,16 +568,20 @@ def _step_names(restarts, system, model) -> tuple[str, tuple, str]:
     return kind, key, f"relaxed step {key!r} {kind}"
 
 
-def _compile_step(restarts, system, model, masks, warm, step_name):
+def _compile_step(restarts, system, model, masks, warm, step_name, after=None, progress=None):
     """Compile the relaxed step (one step of throw-away restarts): what _gradient's first relaxed
     batch would otherwise compile. Registered in _STEP_COMPILING while it runs (a search waits for
     it rather than compiling its own); only when done is it compiled for gradient.is_compiled; marked
-    kept, as the batch does."""
+    kept, as the batch does. after: (n, t) to start only once `progress` (the search's anytime profile)
+    has more than n entries, or at time t."""
     from . import gradient as gs
 
     key = gs._cache_key(restarts, system, model)
     _STEP_COMPILING[key] = threading.current_thread()
     try:
+        if after is not None:        # (entries in `progress`, a time): wait for a new entry, or the time
+            while len(progress) <= after[0] and time.time() < after[1]:
+                time.sleep(0.005)
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
         step, args = gs.step_for(restarts, system, model), (params, state, system, model, masks, np.float32(1.0))
         # made (loaded, or traced and compiled) without running a step of throw-away restarts where it
