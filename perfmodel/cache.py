@@ -233,22 +233,39 @@ class Exported:
     def lower(self, *args):
         return self.plain.lower(*args)
 
-    def ready(self, *args) -> bool:
+    def ready(self, *args, kept_only: bool = False) -> bool:
         """Make the program for these arguments (load it, or trace, export and compile it) without
-        running it: True. False where only a call makes it (exporting() off, or traced arguments)."""
+        running it: True. False where only a call makes it (exporting() off, or traced arguments), and
+        with kept_only where no executable is kept for them (nothing is made then). Arguments may be
+        jax.ShapeDtypeStruct (no data)."""
         import jax
 
         leaves, tree = jax.tree_util.tree_flatten(args)
         if not exporting() or traced(leaves):
             return False
         key = (tree, tuple(_aval(x) for x in leaves))
+        folder = jax.config.jax_compilation_cache_dir
+        if kept_only and key not in self.calls and not os.path.exists(self._paths(folder, tree, key[1])[3]):
+            return False
         with self.lock:
             if key not in self.calls:
                 try:
-                    self.calls[key] = self._made(jax.config.jax_compilation_cache_dir, tree, leaves, key[1])
+                    self.calls[key] = self._made(folder, tree, leaves, key[1])
                 except Exception:     # noqa: BLE001 -- as in __call__: the plain function, made by a call
                     self.calls[key] = (None, None)
         return self.calls[key][0] is not None
+
+    def _paths(self, folder: str, tree, shapes: tuple) -> tuple[str, str, str, str]:
+        """(version tag, digest, exported program's path, executable's path) for these arguments."""
+        import jax
+
+        name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
+        digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
+        tag = _version_tag()
+        options = sorted(self.options.items()) if self.options else None
+        machine = hashlib.sha256(f"{digest}|{options}|{_machine()}".encode()).hexdigest()[:32]
+        return (tag, digest, os.path.join(folder, f"perfmodel-export-{tag}-{digest}"),
+                os.path.join(folder, f"perfmodel-exec-{tag}-{machine}"))
 
     def _made(self, folder: str, tree, leaves, shapes: tuple):
         """Load the exported program from `folder`, or trace and export it there; the callable on
@@ -257,12 +274,7 @@ class Exported:
 
         import jax
 
-        name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
-        digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
-        tag = _version_tag()
-        path = os.path.join(folder, f"perfmodel-export-{tag}-{digest}")
-        options = sorted(self.options.items()) if self.options else None
-        exec_path = os.path.join(folder, f"perfmodel-exec-{tag}-" + hashlib.sha256(f"{digest}|{options}|{_machine()}".encode()).hexdigest()[:32])
+        tag, digest, path, exec_path = self._paths(folder, tree, shapes)
         loaded = _load_executable(exec_path)
         if loaded is not None:
             return loaded

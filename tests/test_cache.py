@@ -133,7 +133,8 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
 
 def test_ready_makes_an_exported_program_without_a_call(tmp_path):
     """Exported.ready: the program for these arguments is made (traced, exported, compiled and kept)
-    and a later call uses it as is; with the cache off there is nothing to make ahead (False)."""
+    and a later call uses it as is; with the cache off there is nothing to make ahead (False); with
+    kept_only, from shapes alone, it is loaded when kept and nothing is made when not."""
     import jax.numpy as jnp
     import numpy as np
     from jax._src import compilation_cache
@@ -153,12 +154,18 @@ def test_ready_makes_an_exported_program_without_a_call(tmp_path):
         jax.config.update("jax_compilation_cache_dir", None)
         assert cache.jit(g, export=True).ready(x) is False
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        assert cache.jit(g, export=True).ready(spec, kept_only=True) is False and traces == []   # nothing kept: nothing made
         e = cache.jit(g, export=True)
         assert e.ready(x) is True and len(traces) == 1
         assert any(p.name.startswith("perfmodel-exec-") for p in tmp_path.iterdir())
         np.testing.assert_allclose(np.asarray(e(x)), np.cumsum(x) * 3.0)
         assert len(traces) == 1                      # made once, by ready
         assert e.ready(x) is True and len(traces) == 1
+        fresh = cache.jit(g, export=True)                # a new process: the kept executable, from shapes alone
+        assert fresh.ready(spec, kept_only=True) is True and len(traces) == 1
+        np.testing.assert_allclose(np.asarray(fresh(x)), np.cumsum(x) * 3.0)
+        assert len(traces) == 1
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
         compilation_cache.reset_cache()
