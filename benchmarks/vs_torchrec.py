@@ -202,7 +202,6 @@ class TorchRecSide:
                 s.rank = int(r)
         return options
 
-
     def shard_costs(self, system, model, cap_ms: float):
         """TorchRec's estimator as a perfmodel guard (perfmodel.search.guard.ShardCosts): every table's
         per-shard perf.total (ms) for each sharding type perfmodel can place (data-parallel with the
@@ -477,9 +476,9 @@ def cached_process(name: str, seed: int, budget_s: float, target_s: float) -> tu
     timed one first held a plan of step <= target_s (its anytime profile; None: never), and the median
     of their final steps."""
     import subprocess
+    import tempfile
 
     from perfmodel.search.api import first_at
-    import tempfile
     at, steps = [], []
     with tempfile.TemporaryDirectory() as folder:
         for i in range(1 + CACHED_RUNS):

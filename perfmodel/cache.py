@@ -67,14 +67,21 @@ def _version_tag() -> str:
     return hashlib.sha256(f"{jax.__version__}|{_source_digest()}".encode()).hexdigest()[:8]
 
 
+def _digest(name: str) -> str:
+    """32 hex digits for `name` (a program and its problem shape) under this jax version and this source
+    of perfmodel."""
+    import jax
+
+    return hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
+
+
 def _kept_path(name: str) -> str | None:
     import jax
 
     folder = jax.config.jax_compilation_cache_dir
     if not folder:
         return None
-    digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
-    return os.path.join(folder, f"perfmodel-kept-{_version_tag()}-{digest}")
+    return os.path.join(folder, f"perfmodel-kept-{_version_tag()}-{_digest(name)}")
 
 
 def mark_kept(name: str) -> None:
@@ -209,20 +216,8 @@ class Exported:
         leaves, tree = jax.tree_util.tree_flatten(args)
         if not exporting() or traced(leaves):
             return self.plain(*args)
-        folder = jax.config.jax_compilation_cache_dir
-        shapes = tuple(_aval(x) for x in leaves)
-        key = (tree, shapes)
-        entry = self.calls.get(key)
-        if entry is None:
-            with self.lock:
-                entry = self.calls.get(key)
-                if entry is None:
-                    try:
-                        entry = self._made(folder, tree, leaves, shapes)
-                    except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
-                        entry = (None, None)
-                    self.calls[key] = entry
-        call, out_tree = entry
+        key = (tree, tuple(_aval(x) for x in leaves))
+        call, out_tree = self._entry(key, leaves)
         if call is not None:
             try:
                 return jax.tree_util.tree_unflatten(out_tree, call(*leaves))
@@ -244,30 +239,40 @@ class Exported:
         if not exporting() or traced(leaves):
             return False
         key = (tree, tuple(_aval(x) for x in leaves))
-        folder = jax.config.jax_compilation_cache_dir
-        if kept_only and key not in self.calls and not os.path.exists(self._paths(folder, tree, key[1])[3]):
+        if kept_only and key not in self.calls and \
+                not os.path.exists(self._paths(jax.config.jax_compilation_cache_dir, *key)[3]):
             return False
-        with self.lock:
-            if key not in self.calls:
-                try:
-                    self.calls[key] = self._made(folder, tree, leaves, key[1])
-                except Exception:     # noqa: BLE001 -- as in __call__: the plain function, made by a call
-                    self.calls[key] = (None, None)
-        return self.calls[key][0] is not None
+        return self._entry(key, leaves)[0] is not None
+
+    def _entry(self, key: tuple, leaves) -> tuple:
+        """(callable on the leaves, output structure) for key = (argument structure, leaves' _aval),
+        made once (_made) under the lock; (None, None): a program jax cannot export (the plain one then)."""
+        import jax
+
+        entry = self.calls.get(key)
+        if entry is None:
+            with self.lock:
+                entry = self.calls.get(key)
+                if entry is None:
+                    try:
+                        entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
+                    except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
+                        entry = (None, None)
+                    self.calls[key] = entry
+        return entry
 
     def _paths(self, folder: str, tree, shapes: tuple) -> tuple[str, str, str, str]:
         """(version tag, digest, exported program's path, executable's path) for these arguments."""
         import jax
 
-        name = f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}"
-        digest = hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
+        digest = _digest(f"{self.fun.__module__}.{self.fun.__qualname__}|{jax.default_backend()}|{tree}|{shapes}")
         tag = _version_tag()
         options = sorted(self.options.items()) if self.options else None
         machine = hashlib.sha256(f"{digest}|{options}|{_machine()}".encode()).hexdigest()[:32]
         return (tag, digest, os.path.join(folder, f"perfmodel-export-{tag}-{digest}"),
                 os.path.join(folder, f"perfmodel-exec-{tag}-{machine}"))
 
-    def _made(self, folder: str, tree, leaves, shapes: tuple):
+    def _made(self, folder: str, tree, shapes: tuple, leaves):
         """Load the exported program from `folder`, or trace and export it there; the callable on
         the flat leaves and the output structure. shapes: the leaves' _aval."""
         import pickle
@@ -298,15 +303,7 @@ class Exported:
             out_tree = holder["tree"]
             # (pickle: the output structure names perfmodel's classes; the folder is the user's own, as
             # are the compiled programs XLA loads from it)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            try:
-                with open(tmp, "wb") as f:
-                    pickle.dump((bytes(exp.serialize()), out_tree), f)
-                os.replace(tmp, path)          # whole or not at all
-            except (OSError, pickle.PicklingError, AttributeError, TypeError):
-                # a read-only folder, or an output type pickle cannot name: traced again next time
-                with contextlib.suppress(OSError):
-                    os.remove(tmp)
+            _dump_whole(path, (bytes(exp.serialize()), out_tree))
         # compiled ahead for these leaves: one executable whether a call's arrays are numpy or already
         # on the device (a jitted exp.call compiles once for each: 0.7 s more in a descent's first round).
         # Named after the file: XLA's cache keys it apart from every other source of perfmodel, so that
@@ -315,51 +312,63 @@ class Exported:
             return exp.call(*xs)
 
         call.__name__ = call.__qualname__ = f"perfmodel_{tag}_{digest[:12]}"
-        hits = _CacheHits()
-        with hits:
+        with CompileClock() as clock:
             compiled = jax.jit(call, compiler_options=self.options).lower(*leaves).compile()
-        if hits.count == 0:
+        if clock.loaded == 0:                  # compiled here, not handed back by XLA's cache
             _keep_executable(exec_path, compiled, out_tree)
         return compiled, out_tree
 
 
 # jax.monitoring events cache.Exported records when it loads a kept executable (no jax event says so:
-# nothing is traced, lowered or compiled), for whoever times the making of programs (search.api's
-# _CompileClock): the load's seconds, and one event per executable loaded
+# nothing is traced, lowered or compiled), for whoever times the making of programs (CompileClock):
+# the load's seconds, and one event per executable loaded
 EXECUTABLE_LOAD = "/perfmodel/cache/executable_load_duration"
 EXECUTABLE_LOADED = "/perfmodel/cache/executable_loaded"
 
 
-class _CacheHits:
-    """Counts the programs the entering thread loads from XLA's persistent cache inside the block
-    (jax.monitoring's cache-hit event, reported in the thread that makes the program). An executable
-    XLA loaded from its cache does not serialize whole (its copy fails when called: 'Function
-    exponential_add_fusion not found'), so only one compiled in the block is kept."""
+class CompileClock:
+    """Seconds a block spent making programs: tracing them to jaxprs, lowering them, and compiling
+    them or loading them from the persistent cache (perfmodel.enable_compile_cache; kept executables
+    too), and how many it loaded. Not the compile time a cached program saved: jax stores it in whole
+    seconds, so the single-plan scorer's 0.55 s reads as 0 and a search with the cache on took the
+    relaxed step for free (a 3-s search of MLPerf ran 6 s). Counts the entering thread's programs only
+    (jax reports them in the thread that makes the program; the search's warm-up thread compiles
+    beside the main one). Exported uses `loaded` too: an executable XLA loaded from its cache does not
+    serialize whole (its copy fails when called: 'Function exponential_add_fusion not found'), so
+    only one compiled in the block is kept."""
 
-    HIT = "/jax/compilation_cache/cache_hits"
-    _local = threading.local()
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration", EXECUTABLE_LOAD)
+    HITS = ("/jax/compilation_cache/cache_hits", EXECUTABLE_LOADED)
+    _totals: dict = {}        # thread ident -> [seconds, programs loaded]
     _listening = False
     _lock = threading.Lock()
 
     @classmethod
-    def _listen(cls, event: str, **_):
-        if event == cls.HIT and getattr(cls._local, "counts", None):
-            cls._local.counts[-1] += 1
+    def _listen(cls, event: str, seconds: float, **_):
+        if event in cls.EVENTS:
+            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[0] += seconds
+
+    @classmethod
+    def _count(cls, event: str, **_):
+        if event in cls.HITS:
+            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[1] += 1
 
     def __enter__(self):
         import jax
 
-        with _CacheHits._lock:
-            if not _CacheHits._listening:
-                jax.monitoring.register_event_listener(_CacheHits._listen)
-                _CacheHits._listening = True
-        if not hasattr(_CacheHits._local, "counts"):
-            _CacheHits._local.counts = []
-        _CacheHits._local.counts.append(0)
+        with CompileClock._lock:
+            if not CompileClock._listening:
+                jax.monitoring.register_event_duration_secs_listener(CompileClock._listen)
+                jax.monitoring.register_event_listener(CompileClock._count)
+                CompileClock._listening = True
+        self.mine = CompileClock._totals.setdefault(threading.get_ident(), [0.0, 0])
+        self.start, self.start_hits = self.mine
         return self
 
     def __exit__(self, *exc):
-        self.count = _CacheHits._local.counts.pop()
+        self.seconds = self.mine[0] - self.start
+        self.loaded = self.mine[1] - self.start_hits      # programs loaded from the persistent cache
         return False
 
 
@@ -411,19 +420,28 @@ def _keep_executable(path: str, compiled, out_tree) -> None:
     program to find its key: MLPerf / h100-16's batch scorer took 0.24 s to make from its exported
     program, 0.07 s of it jax's LAPACK set-up on the first exported call, against 0.14 s to load.
     Skipped where the backend cannot serialize it (constants in the program) or the folder is read-only."""
-    import pickle
-
     from jax.experimental import serialize_executable
+
+    try:
+        blob, in_tree, out_flat = serialize_executable.serialize(compiled)
+    except Exception:      # noqa: BLE001 -- not serializable on this backend
+        return
+    # compressed: 5.8 MB of the relaxed step's object code is 1.1 MB, in 0.03-0.06 s once; decompressed
+    # in 0.02-0.04 s per load (XLA's own cache compresses its entries too)
+    _dump_whole(path, (zlib.compress(blob, 1), in_tree, out_flat, out_tree))
+
+
+def _dump_whole(path: str, obj) -> None:
+    """Pickle `obj` to `path`, whole or not at all (a temporary file, then renamed). Skipped where the
+    folder is read-only or pickle cannot name a type in `obj`: the program is made again next time."""
+    import pickle
 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        blob, in_tree, out_flat = serialize_executable.serialize(compiled)
         with open(tmp, "wb") as f:
-            # compressed: 5.8 MB of the relaxed step's object code is 1.1 MB, in 0.03-0.06 s once;
-            # decompressed in 0.02-0.04 s per load (XLA's own cache compresses its entries too)
-            pickle.dump((zlib.compress(blob, 1), in_tree, out_flat, out_tree), f)
+            pickle.dump(obj, f)
         os.replace(tmp, path)
-    except Exception:      # noqa: BLE001 -- not serializable on this backend, or not writable
+    except (OSError, pickle.PicklingError, AttributeError, TypeError):
         with contextlib.suppress(OSError):
             os.remove(tmp)
 

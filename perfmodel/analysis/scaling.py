@@ -38,8 +38,6 @@ def _as_plan(result):
     return getattr(result, "plan", result)
 
 
-
-
 def evaluate_systems(systems: Sequence, model: RankingModel, plan: Callable | None = None) -> dict[str, Breakdown]:
     """{system name: Breakdown} of `model` on each system (names or Systems), each with its own plan
     (the default plan unless `plan(system, model)` is given)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..cache import EXECUTABLE_LOAD, EXECUTABLE_LOADED, Exported, exporting, is_kept, mark_kept
+from ..cache import CompileClock as _CompileClock, Exported, exporting, is_kept, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
@@ -151,45 +151,6 @@ class _Progress:
             self.stop.set()
             self.thread.join()
             self.bar.close()
-        return False
-
-
-class _CompileClock:
-    """Seconds a block spent making programs: tracing them to jaxprs, lowering them, and compiling
-    them or loading them from the persistent cache (perfmodel.enable_compile_cache). Not the compile
-    time a cached program saved: jax stores it in whole seconds, so the single-plan scorer's 0.55 s
-    reads as 0 and a search with the cache on took the relaxed step for free (a 3-s search of MLPerf
-    ran 6 s). Counts the entering thread's compiles only (jax reports them in the thread that
-    makes the program; the search's warm-up thread compiles beside the main one)."""
-
-    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-              "/jax/core/compile/backend_compile_duration", EXECUTABLE_LOAD)
-    HITS = ("/jax/compilation_cache/cache_hits", EXECUTABLE_LOADED)
-    _totals: dict = {}        # thread ident -> [seconds, cache hits]
-    _listening = False
-
-    @classmethod
-    def _listen(cls, event: str, seconds: float, **_):
-        if event in cls.EVENTS:
-            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[0] += seconds
-
-    @classmethod
-    def _count(cls, event: str, **_):
-        if event in cls.HITS:
-            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[1] += 1
-
-    def __enter__(self):
-        if not _CompileClock._listening:
-            jax.monitoring.register_event_duration_secs_listener(_CompileClock._listen)
-            jax.monitoring.register_event_listener(_CompileClock._count)
-            _CompileClock._listening = True
-        self.mine = _CompileClock._totals.setdefault(threading.get_ident(), [0.0, 0])
-        self.start, self.start_hits = self.mine
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = self.mine[0] - self.start
-        self.loaded = self.mine[1] - self.start_hits      # programs loaded from the persistent cache
         return False
 
 
@@ -429,11 +390,12 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # the relaxed step's compile (when it is not compiled in this process), estimated from the scorer's
     kind, step_key, step_name = _step_names(restarts, system, model)
     compile_cost = RELAXED_COMPILE[kind] * eval_compile
-    if eval_loaded and not is_kept(step_name):        # the scorer loaded, the step to compile
+    kept = is_kept(step_name)
+    loading = eval_loaded and kept and exporting()    # both loaded, neither traced: the step's executable
+    if eval_loaded and not kept:                      # the scorer loaded, the step to compile
         compile_cost *= SCORER_COMPILE_OVER_LOAD
-    elif eval_loaded and exporting():                 # both loaded, neither traced
+    elif loading:
         compile_cost = RELAXED_LOAD_EXPORTED * eval_compile
-    loading = eval_loaded and exporting() and is_kept(step_name)
     # on a small instance the quick-compiled step compiles in a thread during the start's descent when it
     # fits BACKGROUND_SHARE of the time left. A large instance's descent uses the whole half and is its
     # main work: there the compile waits for the half, as before (synthetic-300 / h100-64 at 60 s, the
