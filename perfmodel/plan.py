@@ -214,7 +214,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
     takes them as they are; thirteen device transfers per plan cost more than the plan's scoring).
     tables: the arrays of a plan with the same tables (a variant of `plan`'s settings), whose table
     leaves are reused: only the settings are built (a search scores hundreds of such variants)."""
-    settings = _settings_arrays(plan)
+    settings = settings_arrays(plan)
     if tables is not None:
         return replace(tables, **settings)
     names = model.tables.names
@@ -242,7 +242,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
     return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache, **settings)
 
 
-def _settings_arrays(plan: Plan) -> dict:
+def settings_arrays(plan: Plan) -> dict:
     """The PlanArrays leaves of a plan's settings (dense parallelism, algorithms, precisions,
     offload, pipelining, buckets, chunks), numpy float32."""
     algo = np.zeros((4, 4), np.float32)

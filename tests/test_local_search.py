@@ -135,6 +135,44 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
         assert all(g.tables[n] == start.tables[n] for n in g.tables if n not in changed)
 
 
+def test_compound_moves_scored_in_the_program_score_as_their_plans(twins):
+    """group_moves builds each batch in the compiled program from the moves' sharding types
+    (_apply_groups); its scores must be those of the moves' Plans built one by one (plan_arrays), on
+    a start of every sharding type and on two domains (table-row-wise moves). Setting changes
+    scored with the tables broadcast in the program (score_settings) likewise."""
+    from perfmodel.plan import plan_arrays, stack
+    from perfmodel.search.local import score_settings
+    _, model = twins
+    system = pm.load_system("h100-16")                # two scale-up domains of 8
+    ls = LocalSearch(system, model, make_masks(system, model))
+    rng = np.random.default_rng(0)
+    start = ls.kick(pm.greedy_plan(system, model), rng)
+    assert len({tp.sharding_type for tp in start.tables.values()}) >= 3
+    groups = ls._group_candidates(start)
+    scores, group = ls.group_moves(start, plan_arrays(start, system, model))
+    np.testing.assert_array_equal(scores, ls.scores_of(groups))
+    assert group(7) == groups[7]
+    settings = ls._setting_candidates(start)
+    np.testing.assert_array_equal(score_settings(system, model, settings, plan_arrays(start, system, model)),
+                                  score_plans(system, model, stack([plan_arrays(p, system, model) for p in settings])))
+
+
+def test_table_row_wise_moves_fill_the_least_loaded_domain_first(twins):
+    """Eight identical tables, all table-wise, on two domains: the k-th table a compound move makes
+    table-row-wise goes to domain (k - 1) mod 2 (ties to the first), spanning its 8 devices."""
+    _, model = twins
+    system = pm.load_system("h100-16")
+    start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i]) for i in range(T)})
+    ls = LocalSearch(system, model, make_masks(system, model))
+    twrw = [g for g in ls._group_candidates(start)
+            if {tp.sharding_type for tp in g.tables.values()} <= {"table_wise", "table_row_wise"}][:T]
+    assert len(twrw) == T
+    for k, g in enumerate(twrw, start=1):
+        ranks = [tp.ranks for tp in g.tables.values() if tp.sharding_type == "table_row_wise"]
+        assert len(ranks) == k
+        assert ranks[-1] == list(range(8 * ((k - 1) % 2), 8 * ((k - 1) % 2) + 8))
+
+
 def test_large_instances_split_at_growing_replica_counts():
     """On a large instance (tables x devices > EXHAUSTIVE) compound moves switch at most GROUP_MAX
     tables one by one, but the splits (the k smallest data-parallel, every other table row-wise)
@@ -195,10 +233,9 @@ def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
     ls = LocalSearch(system, model, make_masks(system, model))
     base = float(ls.details(start)[0])
     groups = ls._group_candidates(start)
-    fake = {id(g): base * (1.0 + 0.5 * (i + 1)) for i, g in enumerate(groups)}   # all worse ...
-    fake[id(groups[3])] = base * (1.0 - lead)                                     # ... but one
-    ls._group_candidates = lambda plan: groups
-    ls.scores = lambda batch: np.asarray([fake[id(g)] for g in groups])
+    fake = base * (1.0 + 0.5 * np.arange(1, len(groups) + 1))     # all worse ...
+    fake[3] = base * (1.0 - lead)                                  # ... but one
+    ls.group_moves = lambda plan, pa: (fake, groups.__getitem__)
     plan, name = api._compound_start(ls, start, base, "greedy")
     assert api.COMPOUND_LEAD == 0.03
     assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))

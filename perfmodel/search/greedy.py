@@ -31,7 +31,7 @@ from ..config import ConfigError
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
-from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, plan_arrays, stack
+from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, plan_arrays
 from ..workload import RankingModel
 
 MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
@@ -172,9 +172,8 @@ def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
-    from .local import INFEASIBLE, score_plans
-    tables = plan_arrays(base, system, model)          # the same tables in every candidate: built once
-    scores = score_plans(system, model, stack([plan_arrays(c, system, model, tables) for c in candidates]))
+    from .local import INFEASIBLE, score_settings
+    scores = score_settings(system, model, candidates, plan_arrays(base, system, model))   # the same tables in all
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
 

@@ -13,17 +13,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cache import jit
+from ..cache import Exported, jit
 from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
 from ..plan import (ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, PRECISIONS, RW,
-                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, stack, stand_in)
+                    SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, plan_arrays, settings_arrays, stack,
+                    stand_in)
 from ..workload import RankingModel
 from .relax import Masks, cw_options
 
@@ -99,14 +101,16 @@ def _score_batch(system, model, batch, guard=None):
 
 
 def load_batch_scorer(system: System, model: RankingModel) -> bool:
-    """Load the batch scorer greedy's start calls first (no guard, a batch of batch_size plans) when
-    its executable is kept on disk (cache.Exported.ready), without running it; True when loaded. The
+    """Load the programs greedy's start calls first, when their executables are kept on disk
+    (cache.Exported.ready), without running them: its setting candidates' batch (_apply_settings)
+    and the batch scorer (no guard, a batch of batch_size plans); True when the scorer loaded. The
     search does this in a thread while greedy builds its start: in a new process on MLPerf / h100-16
-    the load (0.12 s) began only after greedy's inputs and packing (0.07 s)."""
-    pa = plan_arrays(stand_in(system, model), system, model)
-    size = batch_size(system, model)
-    batch = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct((size,) + np.shape(x), np.asarray(x).dtype), pa)
-    return _score_batch.ready(system, model, batch, None, kept_only=True)
+    the scorer's load (0.12 s) began only after greedy's inputs and packing (0.07 s)."""
+    plan = stand_in(system, model)
+    pa, size = plan_arrays(plan, system, model), batch_size(system, model)
+    spec = lambda lead: lambda x: jax.ShapeDtypeStruct(lead + np.shape(x), np.asarray(x).dtype)
+    _apply_settings.ready(*jax.tree_util.tree_map(spec(()), (pa, _settings_batch([plan], size))), kept_only=True)
+    return _score_batch.ready(system, model, jax.tree_util.tree_map(spec((size,)), pa), None, kept_only=True)
 
 
 def batch_size(system: System, model: RankingModel) -> int:
@@ -130,6 +134,30 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
             chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
         out.append(np.asarray(_score_batch(system, model, chunk, guard)[int(tie)])[:m])
     return np.concatenate(out)
+
+
+def score_settings(system: System, model: RankingModel, plans: list[Plan], tables: PlanArrays,
+                   tie: bool = False, guard=None) -> np.ndarray:
+    """score_plans of `plans` that differ in their settings only, sharing `tables` (plan_arrays of
+    one of them): only their settings are stacked and padded here (_apply_settings)."""
+    size = batch_size(system, model)
+    out = [score_plans(system, model, _apply_settings(tables, _settings_batch(plans[s:s + size], size)), tie,
+                       guard)[:len(plans[s:s + size])]
+           for s in range(0, len(plans), size)]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def _settings_batch(plans: list[Plan], size: int) -> dict:
+    """The settings leaves of `plans` (plan.settings_arrays), stacked and padded to `size`."""
+    rows = [settings_arrays(p) for p in plans]
+    return {k: _pad(np.stack([r[k] for r in rows]), size) for k in rows[0]}
+
+
+def _made(fun, *args) -> None:
+    """Make the program of `fun` for these arguments: without running it where it is exported
+    (cache.Exported.ready), else by running it."""
+    if not (isinstance(fun, Exported) and fun.ready(*args)):
+        jax.block_until_ready(fun(*args))
 
 
 @jit(quick=True, export=True)     # one call per round: compiles in 0.5-0.6 s instead of 1.0-1.3, runs in under 2 ms (cache.py)
@@ -177,9 +205,41 @@ def _mixed(pa: PlanArrays, t, st, dev, dev2, k, dom, cache, t1, t2, kind, row, s
     return jax.tree_util.tree_map(pick, moved, swapped, picked)
 
 
+def _groups(pa: PlanArrays, types, doms, changed):
+    """Batch of plans, each `pa` with the tables where changed[i] is set made type types[i] (table-row-wise
+    on domain doms[i]), as plan_arrays builds them: spread evenly over the devices (and the domains,
+    but table-row-wise), one column shard, and data-parallel ones whole in HBM (cache ratio 1)."""
+    D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
+
+    def one(st, dom, ch):
+        c = ch[:, None]
+        dp_row = jnp.where((st == TWRW)[:, None], jax.nn.one_hot(dom, H), 1.0 / H)
+        return dataclasses.replace(
+            pa,
+            shard_type=jnp.where(c, jax.nn.one_hot(st, 5), pa.shard_type),
+            placement=jnp.where(c, 1.0 / D, pa.placement),
+            domain_placement=jnp.where(c, dp_row, pa.domain_placement),
+            cw_shards=jnp.where(ch, 1.0, pa.cw_shards),
+            cache_ratio=jnp.where(ch & (st == DP), 1.0, pa.cache_ratio),
+        )
+    return jax.vmap(one)(types, doms, changed)
+
+
+def _with_settings(pa: PlanArrays, settings: dict):
+    """Batch of plans: `pa`'s tables with each row of `settings` (the settings leaves of PlanArrays,
+    plan.settings_arrays, stacked). The tables are broadcast here, in the program, rather than sent
+    once per plan: 0.9 MB each on prod-856 / h100-256, 400 MB for greedy's 432 setting candidates."""
+    n = jax.tree_util.tree_leaves(settings)[0].shape[0]
+    tables = {f: jnp.broadcast_to(getattr(pa, f), (n,) + getattr(pa, f).shape) for f in TABLE_FIELDS}
+    return PlanArrays(**tables, **settings)
+
+
+TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
 _apply_table_moves = jit(_table_moves, export=True)
 _apply_swaps = jit(_swaps, export=True)
 _apply_mixed = jit(_mixed, export=True)
+_apply_groups = jit(_groups, export=True)
+_apply_settings = jit(_with_settings, export=True)
 MIXED_SETTINGS = 32    # setting changes a mixed batch carries (padded to this: one compile)
 
 
@@ -235,6 +295,10 @@ class LocalSearch:
         """Tie-broken scores of a list of Plans, in one batch."""
         return self.scores(stack([plan_arrays(p, self.system, self.model) for p in plans]))
 
+    def settings_scores(self, plans: list[Plan], pa) -> np.ndarray:
+        """Tie-broken scores of variants of one plan's settings (pa: that plan's arrays; score_settings)."""
+        return score_settings(self.system, self.model, plans, pa, tie=True, guard=self.guard)
+
     def _mixed_scores(self, plan: Plan, pa, c: dict, a: np.ndarray, b: np.ndarray, settings: list[Plan]):
         """Tie-broken scores of the table moves c, the swaps (a, b) and the plans `settings`, all
         in one batch (_apply_mixed) built on `plan` (pa: its arrays); n + len(a) + len(settings) <= max_batch."""
@@ -275,6 +339,11 @@ class LocalSearch:
         pa = plan_arrays(plan, self.system, self.model)
         with scorer_clock():
             _, _, memory, cap, loads, _ = self._details_of(pa)
+        # the compound moves a search's start scores (api._compound_start), and the setting changes
+        specs = [_pad(x[:1], self.max_batch) for x in self._group_specs(plan)]
+        if len(specs[0]):
+            _made(_apply_groups, pa, *(jnp.asarray(x) for x in specs))
+        _made(_apply_settings, pa, _settings_batch([plan], self.max_batch))
         # the first round's candidates: moves off the hot devices (run widens to every move later)
         c = self._table_candidates(plan, loads, memory, float(cap), False)
         a, b = self._swap_candidates(plan, loads, memory, float(cap), False)
@@ -403,70 +472,101 @@ class LocalSearch:
             out.append(dataclasses.replace(plan, offload=not plan.offload))
         return out
 
-    def _group_candidates(self, plan: Plan) -> list[Plan]:
+    def _group_specs(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Compound moves, for k = 1, 2, ...: the k smallest tables made data-parallel; the k
         heaviest table-row-wise (domains filled least-loaded first) or row-wise; and splits, the k
         smallest data-parallel with every other table table-row-wise or row-wise. A
         change of sharding type often pays only for many tables at once (the first table-row-wise
         or data-parallel table brings a collective's fixed cost; the next ones ride on it), which no
-        single move sees."""
-        names = self.model.tables.names
+        single move sees. As arrays [moves, T]: each table's sharding type, its domain (read where
+        table-row-wise), and whether the move sets it (else it stays as in `plan`). Built in numpy
+        (the plans one by one took 0.44 s on prod-856 / h100-256, 72,000 TablePlans, and their arrays
+        0.3 s more)."""
         tb = self.model.tables
-        D, L, H = self.D, self.L, self.H
-        limit = self.T if self.exhaustive else GROUP_MAX
+        T, L, H = self.T, self.L, self.H
+        limit = T if self.exhaustive else GROUP_MAX
         size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64)
         heavy, small = np.argsort(-self.weight, kind="stable"), np.argsort(size, kind="stable")
-        ok = lambda t, st: self.masks.types[t, st] > -1
-        is_type = lambda tables, t, st: tables[names[t]].sharding_type == SHARDING_TYPES[st]
-
-        def domain_load(tables):        # what table-row-wise tables already put on each domain
-            load = np.zeros(H)
-            for t in range(self.T):
-                if is_type(tables, t, TWRW):
-                    load[tables[names[t]].ranks[0] // L] += self.weight[t]
-            return load
-
-        def assign(tables, t, st, load):
-            if st == TWRW:
-                h = int(np.argmin(load))
-                load[h] += self.weight[t]
-                ranks = list(range(h * L, h * L + L))
-            else:
-                ranks = list(range(D))
-            cache = 1.0 if st == DP else tables[names[t]].cache_ratio
-            tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)
-
+        ok = self.masks.types > -1                                         # [T, 5]
+        base = [plan.tables[n] for n in tb.names]
+        base_type = np.asarray([SHARDING_TYPES.index(t.sharding_type) for t in base])
+        base_dom = np.asarray([t.ranks[0] // L if j == TWRW else 0 for t, j in zip(base, base_type)])
+        whole = np.asarray([t.cache_ratio == 1.0 for t in base])
+        # what table-row-wise tables already put on each domain
+        load0 = np.zeros(H)
+        np.add.at(load0, base_dom[base_type == TWRW], self.weight[base_type == TWRW])
         out = []
         for st, order in ((DP, small), (TWRW, heavy), (RW, heavy)):
             if st == TWRW and H < 2:
                 continue
-            todo = [t for t in order if not is_type(plan.tables, t, st) and ok(t, st)][:limit]
-            tables = dict(plan.tables)
-            load = domain_load(tables)
-            for t in todo:
-                assign(tables, t, st, load)
-                out.append(dataclasses.replace(plan, tables=dict(tables)))
+            todo = order[(base_type[order] != st) & ok[order, st]][:limit]
+            m = len(todo)
+            if not m:
+                continue
+            doms, load = np.zeros(m, int), load0.copy()
+            for i, t in enumerate(todo if st == TWRW else ()):
+                doms[i] = int(np.argmin(load))
+                load[doms[i]] += self.weight[t]
+            changed = np.zeros((m, T), bool)
+            changed[:, todo] = np.tri(m, dtype=bool)          # move k sets the k + 1 first
+            dom = np.tile(base_dom, (m, 1))
+            dom[:, todo] = np.where(changed[:, todo], doms, base_dom[todo])
+            out.append((np.where(changed, st, base_type), dom, changed))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
-        dp = [t for t in small if ok(t, DP)]
+        dp = small[ok[small, DP]]
         # k = 0, 1, ..., limit, then growing by half (h100-256 prod-856: the best split up to 32 replicates 31
         # tables, 18.15 ms; 48 gives 18.11)
         ks, k = list(range(0, min(len(dp), limit) + 1)), limit
         while k < len(dp):
             k = min(len(dp), int(k * 1.5))
             ks.append(k)
+        rank = np.full(T, T + 1)
+        rank[dp] = np.arange(len(dp))
+        K = len(ks)
+        replicated = rank[None, :] < np.asarray(ks)[:, None]             # [K, T]
         for st in (TWRW, RW):
             if st == TWRW and H < 2:
                 continue
-            for k in ks:
-                tables, load, replicated = dict(plan.tables), np.zeros(H), set(dp[:k])
-                for t in dp[:k]:
-                    assign(tables, t, DP, load)
-                for t in heavy:
-                    if t not in replicated and ok(t, st):
-                        assign(tables, t, st, load)
-                if tables != plan.tables:
-                    out.append(dataclasses.replace(plan, tables=tables))
-        return out
+            sharded = ~replicated & ok[None, :, st]
+            dom = np.tile(base_dom, (K, 1))
+            if st == TWRW:          # each split fills the domains least-loaded first, heaviest first
+                load, rows = np.zeros((K, H)), np.arange(K)
+                for t in heavy[ok[heavy, st]]:
+                    h, on = np.argmin(load, axis=1), sharded[:, t]
+                    dom[on, t] = h[on]
+                    load[rows[on], h[on]] += self.weight[t]
+            types = np.where(replicated, DP, np.where(sharded, st, base_type))
+            changed = replicated | sharded
+            same = ~changed | ((types == base_type) & ((types != TWRW) | (dom == base_dom)) & ((types != DP) | whole))
+            new = ~same.all(axis=1)                                # a split that changes nothing is no move
+            out.append((types[new], dom[new], changed[new]))
+        if not out:
+            return np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool)
+        return tuple(np.concatenate(x) for x in zip(*out))
+
+    def _group_plan(self, plan: Plan, types: np.ndarray, doms: np.ndarray, changed: np.ndarray) -> Plan:
+        """The Plan of one compound move (a row of _group_specs)."""
+        names, D, L = self.model.tables.names, self.D, self.L
+        tables = dict(plan.tables)
+        for t in np.flatnonzero(changed):
+            st, name = int(types[t]), names[t]
+            ranks = list(range(int(doms[t]) * L, int(doms[t]) * L + L)) if st == TWRW else list(range(D))
+            tables[name] = TablePlan(SHARDING_TYPES[st], ranks, 1.0 if st == DP else plan.tables[name].cache_ratio)
+        return dataclasses.replace(plan, tables=tables)
+
+    def _group_candidates(self, plan: Plan) -> list[Plan]:
+        """The compound moves of `plan` (_group_specs) as Plans."""
+        return [self._group_plan(plan, *row) for row in zip(*self._group_specs(plan))]
+
+    def group_moves(self, plan: Plan, pa) -> tuple[np.ndarray, Callable[[int], Plan]]:
+        """Tie-broken scores of the compound moves of `plan` (pa: its arrays), each batch built in the
+        compiled program (_apply_groups) from the moves' sharding types; and a function giving move
+        i's Plan."""
+        specs = self._group_specs(plan)
+        n, size = len(specs[0]), self.max_batch
+        out = [self.scores(_apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))[:min(size, n - s)]
+               for s in range(0, n, size)]
+        return (np.concatenate(out) if out else np.zeros(0)), lambda i: self._group_plan(plan, *(x[i] for x in specs))
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
@@ -592,18 +692,17 @@ class LocalSearch:
                 elif settings is None:
                     settings = self._setting_candidates(plan)
             if settings:
-                sc = pre[2] if pre is not None else self.scores_of(settings)
+                sc = pre[2] if pre is not None else self.settings_scores(settings, pa)
                 j = int(np.argmin(sc))
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), settings[j]
             # compound moves, many tables to one sharding type at once: when no single move helps
             # (every round would cost the plans' construction)
-            groups = self._group_candidates(plan) if best_plan is None and time.time() < deadline else []
-            if groups:
-                sc = self.scores_of(groups)
-                j = int(np.argmin(sc))
-                if sc[j] < best * (1 - 1e-9):
-                    best, best_plan = float(sc[j]), groups[j]
+            if best_plan is None and time.time() < deadline:
+                sc, group = self.group_moves(plan, pa)
+                j = int(np.argmin(sc)) if len(sc) else 0
+                if len(sc) and sc[j] < best * (1 - 1e-9):
+                    best, best_plan = float(sc[j]), group(j)
             # several improving table moves on disjoint tables and devices at once
             if len(improving) > 1:
                 combo, used_t, used_d = plan, set(), set()
