@@ -135,16 +135,22 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
         assert all(g.tables[n] == start.tables[n] for n in g.tables if n not in changed)
 
 
-def test_compound_moves_scored_in_the_program_score_as_their_plans(twins):
-    """group_moves builds each batch in the compiled program from the moves' sharding types
-    (_apply_groups); its scores must be those of the moves' Plans built one by one (plan_arrays), on
-    a start of every sharding type and on two domains (table-row-wise moves). Setting changes
-    scored with the tables broadcast in the program (score_settings) likewise."""
+@pytest.mark.parametrize("in_program", [False, True])
+def test_compound_moves_built_from_their_types_score_as_their_plans(twins, monkeypatch, in_program):
+    """group_moves builds each batch from the moves' sharding types (in numpy, or in the compiled
+    program _apply_groups on a large instance: forced here); its scores must be those of the moves'
+    Plans built one by one (plan_arrays), on a start of every sharding type and on two domains
+    (table-row-wise moves). Setting changes scored with the tables broadcast (score_settings) likewise."""
     from perfmodel.plan import plan_arrays, stack
+    from perfmodel.search import local
     from perfmodel.search.local import score_settings
     _, model = twins
     system = pm.load_system("h100-16")                # two scale-up domains of 8
+    assert not local.in_program(system, model)
+    if in_program:
+        monkeypatch.setattr(local, "PROGRAM_BATCH_BYTES", 0)
     ls = LocalSearch(system, model, make_masks(system, model))
+    assert ls.in_program == in_program
     rng = np.random.default_rng(0)
     start = ls.kick(pm.greedy_plan(system, model), rng)
     assert len({tp.sharding_type for tp in start.tables.values()}) >= 3

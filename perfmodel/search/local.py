@@ -102,14 +102,15 @@ def _score_batch(system, model, batch, guard=None):
 
 def load_batch_scorer(system: System, model: RankingModel) -> bool:
     """Load the programs greedy's start calls first, when their executables are kept on disk
-    (cache.Exported.ready), without running them: its setting candidates' batch (_apply_settings)
-    and the batch scorer (no guard, a batch of batch_size plans); True when the scorer loaded. The
+    (cache.Exported.ready), without running them: its setting candidates' batch (_apply_settings,
+    when in_program) and the batch scorer (no guard, a batch of batch_size plans); True when the scorer loaded. The
     search does this in a thread while greedy builds its start: in a new process on MLPerf / h100-16
     the scorer's load (0.12 s) began only after greedy's inputs and packing (0.07 s)."""
     plan = stand_in(system, model)
     pa, size = plan_arrays(plan, system, model), batch_size(system, model)
     spec = lambda lead: lambda x: jax.ShapeDtypeStruct(lead + np.shape(x), np.asarray(x).dtype)
-    _apply_settings.ready(*jax.tree_util.tree_map(spec(()), (pa, _settings_batch([plan], size))), kept_only=True)
+    if in_program(system, model):
+        _apply_settings.ready(*jax.tree_util.tree_map(spec(()), (pa, _settings_batch([plan], size))), kept_only=True)
     return _score_batch.ready(system, model, jax.tree_util.tree_map(spec((size,)), pa), None, kept_only=True)
 
 
@@ -139,12 +140,22 @@ def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: boo
 def score_settings(system: System, model: RankingModel, plans: list[Plan], tables: PlanArrays,
                    tie: bool = False, guard=None) -> np.ndarray:
     """score_plans of `plans` that differ in their settings only, sharing `tables` (plan_arrays of
-    one of them): only their settings are stacked and padded here (_apply_settings)."""
+    one of them): only their settings are stacked, and the tables broadcast (in_program: in the
+    compiled program _apply_settings, a batch of batch_size at a time; else in numpy)."""
+    if not in_program(system, model):
+        return score_plans(system, model, _with_settings(tables, _settings_batch(plans, len(plans)), np), tie, guard)
     size = batch_size(system, model)
     out = [score_plans(system, model, _apply_settings(tables, _settings_batch(plans[s:s + size], size)), tie,
                        guard)[:len(plans[s:s + size])]
            for s in range(0, len(plans), size)]
     return np.concatenate(out) if out else np.zeros(0)
+
+
+def in_program(system: System, model: RankingModel) -> bool:
+    """Whether batches of compound moves and setting changes are built in compiled programs: when a
+    batch's table arrays (batch_size plans) take more than PROGRAM_BATCH_BYTES."""
+    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    return batch_size(system, model) * T * (5 + D + D // L + 2) * 4 > PROGRAM_BATCH_BYTES
 
 
 def _settings_batch(plans: list[Plan], size: int) -> dict:
@@ -205,41 +216,56 @@ def _mixed(pa: PlanArrays, t, st, dev, dev2, k, dom, cache, t1, t2, kind, row, s
     return jax.tree_util.tree_map(pick, moved, swapped, picked)
 
 
-def _groups(pa: PlanArrays, types, doms, changed):
+def _groups(pa: PlanArrays, types, doms, changed, xp=jnp):
     """Batch of plans, each `pa` with the tables where changed[i] is set made type types[i] (table-row-wise
     on domain doms[i]), as plan_arrays builds them: spread evenly over the devices (and the domains,
-    but table-row-wise), one column shard, and data-parallel ones whole in HBM (cache ratio 1)."""
+    but table-row-wise), one column shard, and data-parallel ones whole in HBM (cache ratio 1).
+    xp: jax.numpy (in a compiled program: _apply_groups) or numpy."""
     D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
-
-    def one(st, dom, ch):
-        c = ch[:, None]
-        dp_row = jnp.where((st == TWRW)[:, None], jax.nn.one_hot(dom, H), 1.0 / H)
-        return dataclasses.replace(
-            pa,
-            shard_type=jnp.where(c, jax.nn.one_hot(st, 5), pa.shard_type),
-            placement=jnp.where(c, 1.0 / D, pa.placement),
-            domain_placement=jnp.where(c, dp_row, pa.domain_placement),
-            cw_shards=jnp.where(ch, 1.0, pa.cw_shards),
-            cache_ratio=jnp.where(ch & (st == DP), 1.0, pa.cache_ratio),
-        )
-    return jax.vmap(one)(types, doms, changed)
+    c, one = changed[..., None], lambda x: x[None]
+    onehot = lambda x, n: xp.eye(n, dtype=np.float32)[x]
+    rows = xp.where((types == TWRW)[..., None], onehot(doms, H), np.float32(1.0 / H))
+    return PlanArrays(
+        shard_type=xp.where(c, onehot(types, 5), one(pa.shard_type)),
+        placement=xp.where(c, np.float32(1.0 / D), one(pa.placement)),
+        domain_placement=xp.where(c, rows, one(pa.domain_placement)),
+        cw_shards=xp.where(changed, np.float32(1.0), one(pa.cw_shards)),
+        cache_ratio=xp.where(changed & (types == DP), np.float32(1.0), one(pa.cache_ratio)),
+        **{f: xp.broadcast_to(one(getattr(pa, f)), (len(types),) + np.shape(getattr(pa, f))) for f in SETTING_FIELDS})
 
 
-def _with_settings(pa: PlanArrays, settings: dict):
+def _with_settings(pa: PlanArrays, settings: dict, xp=jnp):
     """Batch of plans: `pa`'s tables with each row of `settings` (the settings leaves of PlanArrays,
-    plan.settings_arrays, stacked). The tables are broadcast here, in the program, rather than sent
-    once per plan: 0.9 MB each on prod-856 / h100-256, 400 MB for greedy's 432 setting candidates."""
-    n = jax.tree_util.tree_leaves(settings)[0].shape[0]
-    tables = {f: jnp.broadcast_to(getattr(pa, f), (n,) + getattr(pa, f).shape) for f in TABLE_FIELDS}
-    return PlanArrays(**tables, **settings)
+    plan.settings_arrays, stacked). xp: jax.numpy (in a compiled program, _apply_settings: the tables
+    are broadcast there rather than sent once per plan, 0.9 MB each on prod-856 / h100-256) or numpy."""
+    n = len(settings["offload"])
+    return PlanArrays(**settings, **{f: xp.broadcast_to(getattr(pa, f)[None], (n,) + np.shape(getattr(pa, f)))
+                                     for f in TABLE_FIELDS})
+
+
+def _groups_in_program(pa: PlanArrays, types, doms, changed):
+    return _groups(pa, types, doms, changed)
+
+
+def _settings_in_program(pa: PlanArrays, settings: dict):
+    return _with_settings(pa, settings)
 
 
 TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
+SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS)
 _apply_table_moves = jit(_table_moves, export=True)
 _apply_swaps = jit(_swaps, export=True)
 _apply_mixed = jit(_mixed, export=True)
-_apply_groups = jit(_groups, export=True)
-_apply_settings = jit(_with_settings, export=True)
+_apply_groups = jit(_groups_in_program, export=True)
+_apply_settings = jit(_settings_in_program, export=True)
+# A batch of compound moves or setting changes whose table arrays take more than this is built in
+# a compiled program (_apply_groups, _apply_settings) from the moves' types or the settings alone;
+# a smaller one in numpy. Numpy arrays over 32 MB (glibc's largest mmap threshold) are fresh pages
+# each time, and this VM's first touches are slow: greedy's 432 setting candidates on prod-856 /
+# h100-256 (380 MB stacked, 224 MB per padded batch) took 1.6 s, their programs 0.02 s. A small batch
+# (MLPerf / h100-16: 2.7 MB) is cheaper in numpy than two more programs to compile or load (a new
+# process's first plan at 0.29 s with them instead of 0.25 s; the first process's at 2.77 s, 2.37)
+PROGRAM_BATCH_BYTES = 32 << 20
 MIXED_SETTINGS = 32    # setting changes a mixed batch carries (padded to this: one compile)
 
 
@@ -264,6 +290,7 @@ class LocalSearch:
         self.dims = np.asarray(model.tables.dim).astype(int)
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
         self.exhaustive = is_exhaustive(system, model)
+        self.in_program = in_program(system, model)      # compound moves and setting changes built in a program
         tb = model.tables
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
         self.progress: list[tuple[float, float]] = []    # (wall clock, step): each new best feasible plan held
@@ -341,9 +368,10 @@ class LocalSearch:
             _, _, memory, cap, loads, _ = self._details_of(pa)
         # the compound moves a search's start scores (api._compound_start), and the setting changes
         specs = [_pad(x[:1], self.max_batch) for x in self._group_specs(plan)]
-        if len(specs[0]):
+        if self.in_program and len(specs[0]):
             _made(_apply_groups, pa, *(jnp.asarray(x) for x in specs))
-        _made(_apply_settings, pa, _settings_batch([plan], self.max_batch))
+        if self.in_program:
+            _made(_apply_settings, pa, _settings_batch([plan], self.max_batch))
         # the first round's candidates: moves off the hot devices (run widens to every move later)
         c = self._table_candidates(plan, loads, memory, float(cap), False)
         a, b = self._swap_candidates(plan, loads, memory, float(cap), False)
@@ -559,14 +587,17 @@ class LocalSearch:
         return [self._group_plan(plan, *row) for row in zip(*self._group_specs(plan))]
 
     def group_moves(self, plan: Plan, pa) -> tuple[np.ndarray, Callable[[int], Plan]]:
-        """Tie-broken scores of the compound moves of `plan` (pa: its arrays), each batch built in the
-        compiled program (_apply_groups) from the moves' sharding types; and a function giving move
-        i's Plan."""
+        """Tie-broken scores of the compound moves of `plan` (pa: its numpy arrays), each batch built
+        from the moves' sharding types (_groups; in the compiled program _apply_groups when
+        self.in_program); and a function giving move i's Plan."""
         specs = self._group_specs(plan)
+        group = lambda i: self._group_plan(plan, *(x[i] for x in specs))
         n, size = len(specs[0]), self.max_batch
+        if not self.in_program:
+            return (self.scores(_groups(pa, *specs, np)) if n else np.zeros(0)), group
         out = [self.scores(_apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))[:min(size, n - s)]
                for s in range(0, n, size)]
-        return (np.concatenate(out) if out else np.zeros(0)), lambda i: self._group_plan(plan, *(x[i] for x in specs))
+        return (np.concatenate(out) if out else np.zeros(0)), group
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
