@@ -183,6 +183,16 @@ def test_more_relaxed_batches_never_lose(small_setup, monkeypatch):
     assert full.step_s <= one.step_s
 
 
+def test_a_single_chip_is_searched():
+    """One chip: no table has another device to move to, so a descent's table-move columns are empty
+    (they were float-typed then, and indexing the batch with them raised TypeError); every table
+    stays on chip 0."""
+    system, model = pm.load_system("mtia300-1"), pm.load_model("dlrm-small")
+    r = pm.search(system, model, "gradient", seed=0, budget_s=2)
+    assert r.feasible and all(tp.ranks == [0] for tp in r.plan.tables.values())
+    assert float(pm.evaluate(system, model, r.plan).step_s) == pytest.approx(r.step_s, rel=1e-6)
+
+
 @pytest.mark.parametrize("method", ["gradient", "greedy", "random", "evolutionary"])
 def test_returned_plan_is_feasible_and_reevaluates_to_the_reported_figures(small_setup, method):
     system, model = small_setup

@@ -451,7 +451,8 @@ class LocalSearch:
                         d2 = ranks[t][1] if len(ranks[t]) > 1 else d
                         add(t, int(cur_type[t]), d, d2, len(ranks[t]) if cur_type[t] == CW else 1,
                             ranks[t][0] // L, ratio)
-        return {k: np.asarray(v) for k, v in c.items()}
+        # typed even when empty (one chip: no move): the columns index arrays in the compiled batches
+        return {k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()}
 
     def _swap_candidates(self, plan: Plan, loads, memory, cap, exhaustive: bool):
         names = self.model.tables.names
