@@ -193,6 +193,22 @@ def test_a_single_chip_is_searched():
     assert float(pm.evaluate(system, model, r.plan).step_s) == pytest.approx(r.step_s, rel=1e-6)
 
 
+def test_greedy_spills_big_tables_to_host_dram_at_one_ratio_leaving_room_for_the_small_ones():
+    """hstu-seq on h100-8: 16 GB of history tables per GPU (row-wise) where activations leave about
+    15. Each big table used to take what HBM was left in turn, and then the 0.26-GB user_interests
+    found "no device with room": a model that fits was refused. Now both spill at one cache ratio,
+    leaving the small tables their room; every small table is whole in HBM, and the plan fits."""
+    system, model = pm.load_system("h100-8"), pm.load_model("hstu-seq")
+    plan = pm.greedy_plan(system, model)
+    spilled = {n: tp for n, tp in plan.tables.items() if tp.cache_ratio < 1}
+    assert set(spilled) == {"item_history", "user_id"}
+    assert all(tp.sharding_type == "row_wise" for tp in spilled.values())
+    ratios = {tp.cache_ratio for tp in spilled.values()}
+    assert len(ratios) == 1 and 0.5 < ratios.pop() < 1
+    assert plan.tables["user_interests"].cache_ratio == 1.0
+    assert bool(pm.evaluate(system, model, plan).feasible)
+
+
 @pytest.mark.parametrize("method", ["gradient", "greedy", "random", "evolutionary"])
 def test_returned_plan_is_feasible_and_reevaluates_to_the_reported_figures(small_setup, method):
     system, model = small_setup
