@@ -85,15 +85,15 @@ def test_same_seed_same_plan_and_figures(small_setup):
     system, model = small_setup
     a = pm.search(system, model, "gradient", seed=3, budget_s=120)
     b = pm.search(system, model, "gradient", seed=3, budget_s=None)
-    # (this failed once, in 2026-12, and never again in 7 runs: the notes say which phase differed)
     why = {"a": {k: v for k, v in a.notes.items() if k != "progress"} | {"wall_s": a.wall_s, "step_s": a.step_s},
            "b": {k: v for k, v in b.notes.items() if k != "progress"} | {"wall_s": b.wall_s, "step_s": b.step_s}}
     assert a.converged and b.converged, why
     assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2, why
-    # where the time went: three phases, none negative, inside the wall time
+    # where the time went: three phases, none negative, inside the wall time (each phase is rounded to
+    # the ms, so their sum may pass it by 1.5 ms: 4.641 against 4.6406 s failed this twice)
     phases = b.notes["phase_s"]
     assert set(phases) == {"start", "relaxed", "kicks"} and min(phases.values()) >= 0
-    assert phases["relaxed"] > 0 and sum(phases.values()) <= b.wall_s, why
+    assert phases["relaxed"] > 0 and sum(phases.values()) <= b.wall_s + 3 * 0.0005, why
     assert a.notes["gradient_steps"] > 0 and "nonfinite_gradient_entries" not in a.notes, why
     assert a.plan.to_dict() == b.plan.to_dict(), why
     assert a.step_s == b.step_s, why
