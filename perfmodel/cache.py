@@ -319,6 +319,15 @@ class Exported:
         return compiled, out_tree
 
 
+def make(fun, *args) -> None:
+    """Make the program of `fun` for these arguments: without running it where it is an Exported
+    (Exported.ready: loaded, or traced and compiled), else by running it once."""
+    import jax
+
+    if not (isinstance(fun, Exported) and fun.ready(*args)):
+        jax.block_until_ready(fun(*args))
+
+
 # jax.monitoring events cache.Exported records when it loads a kept executable (no jax event says so:
 # nothing is traced, lowered or compiled), for whoever times the making of programs (CompileClock):
 # the load's seconds, and one event per executable loaded

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..cache import CompileClock as _CompileClock, Exported, exporting, is_kept, mark_kept
+from ..cache import CompileClock as _CompileClock, exporting, is_kept, make, mark_kept
 from ..config import ConfigError
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
@@ -552,11 +552,8 @@ def _compile_step(restarts, system, model, masks, warm, step_name, after=None, p
             while len(progress) <= after[0] and time.time() < after[1]:
                 time.sleep(0.005)
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
-        step, args = gs.step_for(restarts, system, model), (params, state, system, model, masks, np.float32(1.0))
-        # made (loaded, or traced and compiled) without running a step of throw-away restarts where it
-        # can be (cache.Exported.ready); else by running one
-        if not (isinstance(step, Exported) and step.ready(*args)):
-            jax.block_until_ready(step(*args))
+        # made without running a step of throw-away restarts where it can be (cache.make)
+        make(gs.step_for(restarts, system, model), params, state, system, model, masks, np.float32(1.0))
     except Exception:     # noqa: BLE001 -- not compiled after all: the relaxed phase prices and compiles it itself
         return
     finally:

@@ -116,10 +116,10 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     # device with room"). Where even that leaves them under 1 %, each takes what is left in turn, as
     # before, and the packer caches the rest.
     small_sizes = size[~dp & ~big]
-    shares, free = size[spread] / D, budget - used.max()
+    shares, free, even = size[spread] / D, budget - used.max(), small_sizes.sum() / D
     common = 1.0
-    if shares.sum() + small_sizes.sum() / D > free:
-        common = (free - small_sizes.sum() / D - (small_sizes.max() if small_sizes.size else 0.0)) / shares.sum()
+    if shares.sum() + even > free:
+        common = (free - even - (small_sizes.max() if small_sizes.size else 0.0)) / shares.sum()
     host_used = 0.0
     for i, share in zip(spread, shares):
         room = budget - used.max()

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cache import Exported, jit
+from ..cache import jit, make
 from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
@@ -162,13 +162,6 @@ def _settings_batch(plans: list[Plan], size: int) -> dict:
     """The settings leaves of `plans` (plan.settings_arrays), stacked and padded to `size`."""
     rows = [settings_arrays(p) for p in plans]
     return {k: _pad(np.stack([r[k] for r in rows]), size) for k in rows[0]}
-
-
-def _made(fun, *args) -> None:
-    """Make the program of `fun` for these arguments: without running it where it is exported
-    (cache.Exported.ready), else by running it."""
-    if not (isinstance(fun, Exported) and fun.ready(*args)):
-        jax.block_until_ready(fun(*args))
 
 
 @jit(quick=True, export=True)     # one call per round: compiles in 0.5-0.6 s instead of 1.0-1.3, runs in under 2 ms (cache.py)
@@ -367,11 +360,11 @@ class LocalSearch:
         with scorer_clock():
             _, _, memory, cap, loads, _ = self._details_of(pa)
         # the compound moves a search's start scores (api._compound_start), and the setting changes
-        specs = [_pad(x[:1], self.max_batch) for x in self._group_specs(plan)]
-        if self.in_program and len(specs[0]):
-            _made(_apply_groups, pa, *(jnp.asarray(x) for x in specs))
         if self.in_program:
-            _made(_apply_settings, pa, _settings_batch([plan], self.max_batch))
+            specs = [_pad(x[:1], self.max_batch) for x in self._group_specs(plan)]
+            if len(specs[0]):
+                make(_apply_groups, pa, *(jnp.asarray(x) for x in specs))
+            make(_apply_settings, pa, _settings_batch([plan], self.max_batch))
         # the first round's candidates: moves off the hot devices (run widens to every move later)
         c = self._table_candidates(plan, loads, memory, float(cap), False)
         a, b = self._swap_candidates(plan, loads, memory, float(cap), False)
@@ -594,11 +587,13 @@ class LocalSearch:
         specs = self._group_specs(plan)
         group = lambda i: self._group_plan(plan, *(x[i] for x in specs))
         n, size = len(specs[0]), self.max_batch
+        if not n:
+            return np.zeros(0), group
         if not self.in_program:
-            return (self.scores(_groups(pa, *specs, np)) if n else np.zeros(0)), group
+            return self.scores(_groups(pa, *specs, np)), group
         out = [self.scores(_apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))[:min(size, n - s)]
                for s in range(0, n, size)]
-        return (np.concatenate(out) if out else np.zeros(0)), group
+        return np.concatenate(out), group
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
@@ -732,8 +727,8 @@ class LocalSearch:
             # (every round would cost the plans' construction)
             if best_plan is None and time.time() < deadline:
                 sc, group = self.group_moves(plan, pa)
-                j = int(np.argmin(sc)) if len(sc) else 0
-                if len(sc) and sc[j] < best * (1 - 1e-9):
+                j = int(np.argmin(sc)) if len(sc) else None
+                if j is not None and sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), group(j)
             # several improving table moves on disjoint tables and devices at once
             if len(improving) > 1:
