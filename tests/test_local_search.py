@@ -80,7 +80,7 @@ def test_mixed_batch_scores_each_candidate_as_its_own_batch_does(twins):
     n, size = len(c["t"]), ls.max_batch
     assert n and len(a) and settings and n + len(a) + len(settings) <= size
     moves, swaps, sets = ls._mixed_scores(plan, pa, c, a, b, settings)
-    cols = [jnp.asarray(_pad(c[k], size)) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+    cols = [jnp.asarray(_pad(c[k], size)) for k in ("t", "st", "devs", "k", "dom")]
     alone = ls.scores(_apply_table_moves(pa, *cols, jnp.asarray(_pad(c["cache"], size), jnp.float32)))[:n]
     np.testing.assert_array_equal(moves, alone)
     np.testing.assert_array_equal(swaps, ls.scores(_apply_swaps(pa, jnp.asarray(_pad(a, size)),
@@ -115,15 +115,25 @@ def test_rebalance_keeps_shard_counts_and_memory(seed):
 
 
 def test_compound_moves_switch_growing_prefixes_of_tables(twins):
-    """Group k turns the k first tables (smallest for data-parallel, heaviest for row-wise) to one
-    type at once, every other table as it was; split k makes the k smallest data-parallel and every
-    other table row-wise; table-row-wise needs more than one domain."""
+    """Group k turns the k first tables (smallest for data-parallel, heaviest for row-wise and
+    column-wise) to one type at once, every other table as it was; split k makes the k smallest
+    data-parallel and every other table row-wise; table-row-wise needs more than one domain. A
+    column-wise group keeps each table's half on its device and puts the other half on the device
+    then least loaded (by hand, loads in halves of a table, 4 on each device to begin with: t0 and
+    t1 leave device 0 for 1 and 2; t2, t3 leave 1 for 0 and 0; t4, t5 leave 2 for 1 and 0; t6, t7
+    leave 3 for 2 and 1: halves per device 5, 5, 4, 2)."""
     system, model = twins
     start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
     ls = LocalSearch(system, model, make_masks(system, model))
     groups = ls._group_candidates(start)
-    assert len(groups) == 3 * T + 1                      # data-parallel, row-wise, splits k = 0..T; no TWRW
-    for k, g in enumerate(groups[2 * T:]):
+    assert len(groups) == 4 * T + 1          # data-parallel, row-wise, column-wise, splits k = 0..T; no TWRW
+    for k, g in enumerate(groups[2 * T:3 * T], start=1):
+        split = [n for n, tp in g.tables.items() if tp.sharding_type == "column_wise"]
+        assert len(split) == k and all(g.tables[n] == start.tables[n] for n in g.tables if n not in split)
+        assert all(start.tables[n].ranks[0] in g.tables[n].ranks and len(set(g.tables[n].ranks)) == 2 for n in split)
+    halves = np.bincount([d for tp in groups[3 * T - 1].tables.values() for d in tp.ranks], minlength=4)
+    assert halves.tolist() == [5, 5, 4, 2]
+    for k, g in enumerate(groups[3 * T:]):
         types = [g.tables[f"t{i}"].sharding_type for i in range(T)]     # identical sizes: stable order
         assert types == ["data_parallel"] * k + ["row_wise"] * (T - k)
     for k, g in enumerate(groups[:T], start=1):
@@ -140,7 +150,7 @@ def test_compound_moves_built_from_their_types_score_as_their_plans(twins, monke
     """group_moves builds each batch from the moves' sharding types (in numpy, or in the compiled
     program _apply_groups on a large instance: forced here); its scores must be those of the moves'
     Plans built one by one (plan_arrays), on a start of every sharding type and on two domains
-    (table-row-wise moves). Setting changes scored with the tables broadcast (score_settings) likewise."""
+    (table-row-wise moves), column-wise splits among them. Setting changes scored with the tables broadcast (score_settings) likewise."""
     from perfmodel.plan import plan_arrays, stack
     from perfmodel.search import local
     from perfmodel.search.local import score_settings
@@ -155,6 +165,8 @@ def test_compound_moves_built_from_their_types_score_as_their_plans(twins, monke
     start = ls.kick(pm.greedy_plan(system, model), rng)
     assert len({tp.sharding_type for tp in start.tables.values()}) >= 3
     groups = ls._group_candidates(start)
+    assert any(tp.sharding_type == "column_wise" != start.tables[n].sharding_type         # split in two
+               for g in groups for n, tp in g.tables.items())
     scores, group = ls.group_moves(start, plan_arrays(start, system, model))
     np.testing.assert_array_equal(scores, ls.scores_of(groups))
     assert group(7) == groups[7]

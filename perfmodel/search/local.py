@@ -33,6 +33,7 @@ INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
 SETTINGS_EVERY = 4     # rounds between setting changes while table moves still improve (large instances)
 HOT, COLD = 3, 4      # per resource: heaviest devices to relieve, lightest to load (large instances)
 GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
+CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
 EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "small" instance)
 TIE = 1e-3            # weight of the resource spread in the local search's score (see _scores)
 TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
@@ -172,22 +173,23 @@ def _details(system, model, pa, guard=None):
     return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, loads, score, bd
 
 
-def _table_moves(pa: PlanArrays, t, st, dev, dev2, k, dom, cache):
-    """Batch of plans, each with table t[i] set to type st[i] on device dev[i] (column-wise: dev and
-    dev2, half each when k = 2), domain dom[i], cache ratio cache[i]."""
-    def one(t, st, dev, dev2, k, dom, cache):
+def _table_moves(pa: PlanArrays, t, st, devs, k, dom, cache):
+    """Batch of plans, each with table t[i] set to type st[i] on the devices devs[i] (a row of
+    CW_MOVE_SHARDS, padded with -1: table-wise one device, column-wise k[i] of them, an equal share
+    each), domain dom[i], cache ratio cache[i]."""
+    def one(t, st, devs, k, dom, cache):
         D = pa.placement.shape[1]
         cw = (st == CW).astype(jnp.float32)
-        row = jax.nn.one_hot(dev, D) * (1.0 - cw * 0.5) + jax.nn.one_hot(dev2, D) * cw * 0.5
+        on = jax.nn.one_hot(devs, D).sum(0)            # one_hot(-1) is all zeros
         return dataclasses.replace(
             pa,
             shard_type=pa.shard_type.at[t].set(jax.nn.one_hot(st, 5)),
-            placement=pa.placement.at[t].set(row),
+            placement=pa.placement.at[t].set(on / jnp.maximum(on.sum(), 1.0)),
             domain_placement=pa.domain_placement.at[t].set(jax.nn.one_hot(dom, pa.domain_placement.shape[1])),
             cw_shards=pa.cw_shards.at[t].set(1.0 + cw * (k - 1.0)),
             cache_ratio=pa.cache_ratio.at[t].set(cache),
         )
-    return jax.vmap(one)(t, st, dev, dev2, k, dom, cache)
+    return jax.vmap(one)(t, st, devs, k, dom, cache)
 
 
 def _swaps(pa: PlanArrays, t1, t2):
@@ -198,10 +200,10 @@ def _swaps(pa: PlanArrays, t1, t2):
     return jax.vmap(one)(t1, t2)
 
 
-def _mixed(pa: PlanArrays, t, st, dev, dev2, k, dom, cache, t1, t2, kind, row, settings: PlanArrays):
+def _mixed(pa: PlanArrays, t, st, devs, k, dom, cache, t1, t2, kind, row, settings: PlanArrays):
     """One batch of three kinds of candidates: row i is the table move i (kind 0, as _table_moves),
     the swap i (kind 1, as _swaps), or the plan settings[row[i]] (kind 2: a setting change)."""
-    moved, swapped = _table_moves(pa, t, st, dev, dev2, k, dom, cache), _swaps(pa, t1, t2)
+    moved, swapped = _table_moves(pa, t, st, devs, k, dom, cache), _swaps(pa, t1, t2)
     picked = jax.tree_util.tree_map(lambda x: x[row], settings)
     def pick(a, b, c):
         sel = kind.reshape(kind.shape + (1,) * (a.ndim - 1))
@@ -209,20 +211,23 @@ def _mixed(pa: PlanArrays, t, st, dev, dev2, k, dom, cache, t1, t2, kind, row, s
     return jax.tree_util.tree_map(pick, moved, swapped, picked)
 
 
-def _groups(pa: PlanArrays, types, doms, changed, xp=jnp):
+def _groups(pa: PlanArrays, types, doms, changed, partner, xp=jnp):
     """Batch of plans, each `pa` with the tables where changed[i] is set made type types[i] (table-row-wise
-    on domain doms[i]), as plan_arrays builds them: spread evenly over the devices (and the domains,
-    but table-row-wise), one column shard, and data-parallel ones whole in HBM (cache ratio 1).
+    on domain doms[i]; column-wise in two, half on the table's device and half on partner[i]), as
+    plan_arrays builds them: spread evenly over the devices (and the domains, but table-row-wise),
+    and data-parallel ones whole in HBM (cache ratio 1).
     xp: jax.numpy (in a compiled program: _apply_groups) or numpy."""
     D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
     c, one = changed[..., None], lambda x: x[None]
     onehot = lambda x, n: xp.eye(n, dtype=np.float32)[x]
     rows = xp.where((types == TWRW)[..., None], onehot(doms, H), np.float32(1.0 / H))
+    split = (types == CW)[..., None]          # a table-wise table's placement row is one-hot on its device
+    halves = np.float32(0.5) * (one(pa.placement) + onehot(xp.maximum(partner, 0), D))
     return PlanArrays(
         shard_type=xp.where(c, onehot(types, 5), one(pa.shard_type)),
-        placement=xp.where(c, np.float32(1.0 / D), one(pa.placement)),
+        placement=xp.where(c, xp.where(split, halves, np.float32(1.0 / D)), one(pa.placement)),
         domain_placement=xp.where(c, rows, one(pa.domain_placement)),
-        cw_shards=xp.where(changed, np.float32(1.0), one(pa.cw_shards)),
+        cw_shards=xp.where(changed, xp.where(types == CW, np.float32(2.0), np.float32(1.0)), one(pa.cw_shards)),
         cache_ratio=xp.where(changed & (types == DP), np.float32(1.0), one(pa.cache_ratio)),
         **{f: xp.broadcast_to(one(getattr(pa, f)), (len(types),) + np.shape(getattr(pa, f))) for f in SETTING_FIELDS})
 
@@ -236,8 +241,8 @@ def _with_settings(pa: PlanArrays, settings: dict, xp=jnp):
                                      for f in TABLE_FIELDS})
 
 
-def _groups_in_program(pa: PlanArrays, types, doms, changed):
-    return _groups(pa, types, doms, changed)
+def _groups_in_program(pa: PlanArrays, types, doms, changed, partner):
+    return _groups(pa, types, doms, changed, partner)
 
 
 def _settings_in_program(pa: PlanArrays, settings: dict):
@@ -281,6 +286,7 @@ class LocalSearch:
         self.H = D // self.L
         self.max_batch = max_batch or batch_size(system, model)
         self.dims = np.asarray(model.tables.dim).astype(int)
+        self.cw_moves = [[k for k in cw_options(int(d), D) if k <= CW_MOVE_SHARDS] for d in self.dims]
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
         self.exhaustive = is_exhaustive(system, model)
         self.in_program = in_program(system, model)      # compound moves and setting changes built in a program
@@ -330,7 +336,8 @@ class LocalSearch:
         """The batch _mixed_scores scores."""
         n, m, q, size = len(c["t"]), len(a), len(settings), self.max_batch
         kind = np.concatenate([np.zeros(n, np.int32), np.ones(m, np.int32), np.full(size - n - m, 2, np.int32)])
-        cols = [jnp.asarray(_pad(c[k], size) if n else np.zeros(size, c[k].dtype)) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+        cols = [jnp.asarray(_pad(c[k], size) if n else np.zeros((size,) + c[k].shape[1:], c[k].dtype))
+                for k in ("t", "st", "devs", "k", "dom")]
         cache = jnp.asarray(_pad(c["cache"], size) if n else np.ones(size), jnp.float32)
         pad = lambda x: jnp.asarray(np.pad(x, (n, size - n - len(x)), mode="edge") if len(x) else np.zeros(size, np.int32))
         row = np.clip(np.arange(size) - n - m, 0, max(q - 1, 0)).astype(np.int32)
@@ -340,7 +347,7 @@ class LocalSearch:
 
     def _moves_batch(self, pa, c: dict, sl: slice):
         """The table moves c[sl] applied to `pa`, padded to max_batch."""
-        cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "dev", "dev2", "k", "dom")]
+        cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "devs", "k", "dom")]
         return _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
                                   jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
 
@@ -401,7 +408,7 @@ class LocalSearch:
         cur_type = np.asarray([SHARDING_TYPES.index(plan.tables[n].sharding_type) for n in names])
         ranks = [plan.tables[n].ranks for n in names]
         hot, cold = self._hot_cold(loads, memory, cap)
-        light = np.argsort(loads[0], kind="stable")[: max(1, min(D, 8))]      # least compute
+        light = np.argsort(loads[0], kind="stable")[: min(D, CW_MOVE_SHARDS + 1)]      # least compute
         if exhaustive:
             src_tables = np.arange(T)
             dests = np.arange(D)
@@ -413,22 +420,24 @@ class LocalSearch:
             if src_tables.size > 256:
                 src_tables = src_tables[:256]
             dests = cold
-        c = {"t": [], "st": [], "dev": [], "dev2": [], "k": [], "dom": [], "cache": []}
-        def add(t, st, dev=0, dev2=0, k=1, dom=0, cache=1.0):
-            c["t"].append(t); c["st"].append(st); c["dev"].append(dev); c["dev2"].append(dev2)
-            c["k"].append(k); c["dom"].append(dom); c["cache"].append(cache)
+        c = {"t": [], "st": [], "devs": [], "k": [], "dom": [], "cache": []}
+        def add(t, st, devs=(0,), dom=0, cache=1.0):
+            c["t"].append(t); c["st"].append(st); c["devs"].append(list(devs) + [-1] * (CW_MOVE_SHARDS - len(devs)))
+            c["k"].append(len(devs) if st == CW else 1); c["dom"].append(dom); c["cache"].append(cache)
         ok = lambda t, st: self.masks.types[t, st] > -1
         for t in src_tables:
             cache = plan.tables[names[t]].cache_ratio
             if ok(t, TW):
                 for d in dests:
                     if not (cur_type[t] == TW and ranks[t][0] == d):
-                        add(t, TW, d, cache=cache)
-            if ok(t, CW) and D > 1 and 2 in cw_options(int(self.dims[t]), D):
-                for d in dests[: 4]:
-                    d2 = int(light[0] if light[0] != d else light[-1])
-                    if d2 != d:
-                        add(t, CW, int(d), d2, 2, cache=cache)
+                        add(t, TW, (d,), cache=cache)
+            if ok(t, CW):
+                # in k column shards: on a destination and the k - 1 devices of least compute
+                for k in self.cw_moves[t]:
+                    for d in dests[: 4]:
+                        devs = [int(d)] + [int(x) for x in light if x != d][: k - 1]
+                        if len(devs) == k and not (cur_type[t] == CW and sorted(devs) == sorted(ranks[t])):
+                            add(t, CW, devs, cache=cache)
             if ok(t, RW) and cur_type[t] != RW:
                 add(t, RW, cache=cache)
             if ok(t, DP) and cur_type[t] != DP:
@@ -437,13 +446,13 @@ class LocalSearch:
                 dom_load = memory.reshape(H, L).sum(1)
                 for h in np.argsort(dom_load)[: min(H, 4)]:
                     add(t, TWRW, dom=int(h), cache=cache)
-            if infeasible and cur_type[t] in (TW, CW, RW, TWRW):
+            if infeasible and cur_type[t] in (TW, CW, RW, TWRW) and len(ranks[t]) <= CW_MOVE_SHARDS:
                 for ratio in (0.5, 0.2, 0.05):
                     if ratio < cache:
-                        d = ranks[t][0]
-                        d2 = ranks[t][1] if len(ranks[t]) > 1 else d
-                        add(t, int(cur_type[t]), d, d2, len(ranks[t]) if cur_type[t] == CW else 1,
+                        add(t, int(cur_type[t]), ranks[t] if cur_type[t] in (TW, CW) else (0,),
                             ranks[t][0] // L, ratio)
+        if not c["t"]:
+            c["devs"] = np.zeros((0, CW_MOVE_SHARDS), np.int64)
         # typed even when empty (one chip: no move): the columns index arrays in the compiled batches
         return {k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()}
 
@@ -533,7 +542,29 @@ class LocalSearch:
             changed[:, todo] = np.tri(m, dtype=bool)          # move k sets the k + 1 first
             dom = np.tile(base_dom, (m, 1))
             dom[:, todo] = np.where(changed[:, todo], doms, base_dom[todo])
-            out.append((np.where(changed, st, base_type), dom, changed))
+            out.append((np.where(changed, st, base_type), dom, changed, np.full((m, T), -1)))
+        # the k heaviest table-wise tables split column-wise in two, each second half on the device
+        # then least loaded (a table-wise plan's devices can be full of one table each, where halves
+        # of several share the load: mtia300-64 MLPerf)
+        todo = heavy[(base_type[heavy] == TW) & np.asarray([2 in k for k in self.cw_moves])[heavy]][:limit]
+        if len(todo) and self.D > 1:
+            m, load = len(todo), np.zeros(self.D)         # what table- and column-wise tables put on each device
+            for i, (t, j) in enumerate(zip(base, base_type)):
+                if j in (TW, CW):
+                    load[t.ranks] += self.weight[i] / len(t.ranks)
+            partners = np.zeros(m, int)
+            for i, t in enumerate(todo):
+                own = base[t].ranks[0]
+                load[own] -= self.weight[t] / 2
+                free = load.copy()
+                free[own] = np.inf
+                partners[i] = int(np.argmin(free))
+                load[partners[i]] += self.weight[t] / 2
+            changed = np.zeros((m, T), bool)
+            changed[:, todo] = np.tri(m, dtype=bool)
+            partner = np.full((m, T), -1)
+            partner[:, todo] = np.where(changed[:, todo], partners, -1)
+            out.append((np.where(changed, CW, base_type), np.tile(base_dom, (m, 1)), changed, partner))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
         dp = small[ok[small, DP]]
         # k = 0, 1, ..., limit, then growing by half (h100-256 prod-856: the best split up to 32 replicates 31
@@ -561,18 +592,24 @@ class LocalSearch:
             changed = replicated | sharded
             same = ~changed | ((types == base_type) & ((types != TWRW) | (dom == base_dom)) & ((types != DP) | whole))
             new = ~same.all(axis=1)                                # a split that changes nothing is no move
-            out.append((types[new], dom[new], changed[new]))
+            out.append((types[new], dom[new], changed[new], np.full((int(new.sum()), T), -1)))
         if not out:
-            return np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool)
+            return np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool), np.zeros((0, T), int)
         return tuple(np.concatenate(x) for x in zip(*out))
 
-    def _group_plan(self, plan: Plan, types: np.ndarray, doms: np.ndarray, changed: np.ndarray) -> Plan:
+    def _group_plan(self, plan: Plan, types: np.ndarray, doms: np.ndarray, changed: np.ndarray,
+                    partner: np.ndarray) -> Plan:
         """The Plan of one compound move (a row of _group_specs)."""
         names, D, L = self.model.tables.names, self.D, self.L
         tables = dict(plan.tables)
         for t in np.flatnonzero(changed):
             st, name = int(types[t]), names[t]
-            ranks = list(range(int(doms[t]) * L, int(doms[t]) * L + L)) if st == TWRW else list(range(D))
+            if st == TWRW:
+                ranks = list(range(int(doms[t]) * L, int(doms[t]) * L + L))
+            elif st == CW:
+                ranks = sorted([plan.tables[name].ranks[0], int(partner[t])])
+            else:
+                ranks = list(range(D))
             tables[name] = TablePlan(SHARDING_TYPES[st], ranks, 1.0 if st == DP else plan.tables[name].cache_ratio)
         return dataclasses.replace(plan, tables=tables)
 
@@ -601,9 +638,9 @@ class LocalSearch:
         t, st = int(c["t"][i]), int(c["st"][i])
         D, L = self.D, self.L
         if st == TW:
-            ranks = [int(c["dev"][i])]
+            ranks = [int(c["devs"][i][0])]
         elif st == CW:
-            ranks = sorted({int(c["dev"][i]), int(c["dev2"][i])})
+            ranks = sorted(int(d) for d in c["devs"][i] if d >= 0)
         elif st == TWRW:
             h = int(c["dom"][i])
             ranks = list(range(h * L, h * L + L))
@@ -631,7 +668,7 @@ class LocalSearch:
         n = max(2, self.T // 8)
         for t in rng.choice(self.T, size=min(n, self.T), replace=False):
             allowed = [j for j in range(5) if self.masks.types[t, j] > -1
-                       and (j != CW or 2 in cw_options(int(self.dims[t]), D)) and (j != TWRW or self.H > 1)]
+                       and (j != CW or self.cw_moves[t]) and (j != TWRW or self.H > 1)]
             if not allowed:
                 continue
             st = int(rng.choice(allowed))
@@ -639,7 +676,8 @@ class LocalSearch:
             if st == TW:
                 ranks = [int(rng.integers(D))]
             elif st == CW:
-                ranks = sorted(int(d) for d in rng.choice(D, size=2, replace=False))
+                k = int(rng.choice(self.cw_moves[t]))
+                ranks = sorted(int(d) for d in rng.choice(D, size=k, replace=False))
             elif st == TWRW:
                 h = int(rng.integers(self.H))
                 ranks = list(range(h * L, h * L + L))
@@ -735,7 +773,7 @@ class LocalSearch:
                 combo, used_t, used_d = plan, set(), set()
                 for _, i in improving[:64]:
                     t = int(c["t"][i])
-                    devs = {int(c["dev"][i]), int(c["dev2"][i])}
+                    devs = {int(d) for d in c["devs"][i] if d >= 0}
                     old = set(plan.tables[self.model.tables.names[t]].ranks) if c["st"][i] in (TW, CW) else set()
                     if t in used_t or (devs | old) & used_d:
                         continue
