@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.plan import TablePlan, to_arrays
+from perfmodel.plan import CW, TablePlan, to_arrays
 from perfmodel.search.local import TIE, TIE_TAU, LocalSearch, score_plans
 from perfmodel.search.pack import rebalance
 from perfmodel.search.relax import make_masks
@@ -87,6 +87,30 @@ def test_mixed_batch_scores_each_candidate_as_its_own_batch_does(twins):
                                                                 jnp.asarray(_pad(b, size))))[:len(a)])
     np.testing.assert_array_equal(sets, ls.scores_of(settings))
     assert len(set(moves.round(9))) > 1 and len(set(sets.round(9))) > 1      # the candidates differ
+
+
+def test_table_moves_score_as_their_plans_column_wise_in_any_shard_count(twins):
+    """Every table move (_table_candidates, every table on every device) scored in its batch equals
+    the score of the Plan it stands for (_moved_plan): column-wise ones in 2 and 4 shards (dim 128
+    on 4 devices), and the cache-ratio moves an over-capacity plan gets (cap 0 here), which keep a
+    4-way column-wise table's four devices."""
+    system, model = twins
+    tables = dataclasses.replace(model.tables, dim=np.full(T, 128.0, np.float32))
+    model = dataclasses.replace(model, tables=tables)
+    ls = LocalSearch(system, model, make_masks(system, model))
+    plan = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
+    plan.tables["t1"] = TablePlan("column_wise", [0, 1, 2, 3])
+    _, _, memory, _, loads, _ = ls.details(plan)
+    for cap in (float("inf"), 0.0):
+        c = ls._table_candidates(plan, loads, memory, cap, True)
+        n = len(c["t"])
+        moved = [ls._moved_plan(plan, c, i) for i in range(n)]
+        np.testing.assert_allclose(ls.scores(ls._moves_batch(to_arrays(plan, system, model), c, slice(0, n)))[:n],
+                                   ls.scores_of(moved), rtol=1e-6)
+        split = [len(p.tables[f"t{c['t'][i]}"].ranks) for i, p in enumerate(moved) if c["st"][i] == CW]
+        assert sorted(set(split)) == [2, 4]
+    kept = [p.tables["t1"] for i, p in enumerate(moved) if c["t"][i] == 1 and c["cache"][i] < 1]
+    assert [tp.cache_ratio for tp in kept] == [0.5, 0.2, 0.05] and all(tp.ranks == [0, 1, 2, 3] for tp in kept)
 
 
 def test_rebalance_spreads_stacked_tables_and_keeps_every_choice(twins):

@@ -503,14 +503,16 @@ class LocalSearch:
             out.append(dataclasses.replace(plan, offload=not plan.offload))
         return out
 
-    def _group_specs(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _group_specs(self, plan: Plan) -> tuple[np.ndarray, ...]:
         """Compound moves, for k = 1, 2, ...: the k smallest tables made data-parallel; the k
-        heaviest table-row-wise (domains filled least-loaded first) or row-wise; and splits, the k
-        smallest data-parallel with every other table table-row-wise or row-wise. A
+        heaviest table-row-wise (domains filled least-loaded first) or row-wise; the k heaviest
+        table-wise ones column-wise in two (the second half on the device then least loaded); and
+        splits, the k smallest data-parallel with every other table table-row-wise or row-wise. A
         change of sharding type often pays only for many tables at once (the first table-row-wise
         or data-parallel table brings a collective's fixed cost; the next ones ride on it), which no
         single move sees. As arrays [moves, T]: each table's sharding type, its domain (read where
-        table-row-wise), and whether the move sets it (else it stays as in `plan`). Built in numpy
+        table-row-wise), whether the move sets it (else it stays as in `plan`), and the device of its
+        second half (read where column-wise; -1 elsewhere). Built in numpy
         (the plans one by one took 0.44 s on prod-856 / h100-256, 72,000 TablePlans, and their arrays
         0.3 s more)."""
         tb = self.model.tables
@@ -660,8 +662,8 @@ class LocalSearch:
 
     def kick(self, plan: Plan, rng: np.random.Generator) -> Plan:
         """A perturbed copy: max(2, T / 8) random tables each given a random allowed sharding type
-        and placement (table-wise on a random device, column-wise in two on two, table-row-wise in
-        a random domain, row-wise, data-parallel)."""
+        and placement (table-wise on a random device, column-wise in k shards on k random devices,
+        k one of cw_moves, table-row-wise in a random domain, row-wise, data-parallel)."""
         names = self.model.tables.names
         D, L = self.D, self.L
         tables = dict(plan.tables)
