@@ -114,11 +114,12 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1.0)          # 150 s of steps: never within a 5-s budget
     slow = pm.search(system, model, "gradient", seed=0, budget_s=5, progress=True)
     assert slow.notes["gradient_steps"] == 0 and "gradient_skipped" in slow.notes
-    # the progress bar names the phase; skipped, the relaxed phase leaves the time to kicks, counted
+    # the progress names the phase (off a terminal, a line per kind); skipped, the relaxed phase leaves
+    # the time to kicks, counted
     bar = capsys.readouterr().err
     assert "relaxed batch" not in bar and not api.PHASE
-    if slow.notes["phase_s"]["kicks"] >= 1.0:       # the bar ticks every 0.5 s (a cold worker may start late)
-        assert "search gradient (kick " in bar
+    if slow.notes["phase_s"]["kicks"] >= 1.0:       # it ticks every 0.5 s (a cold worker may start late)
+        assert "search gradient: kick " in bar
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1e-6)
     fast = pm.search(system, model, "gradient", seed=0, budget_s=5)
     assert fast.notes["gradient_steps"] > 0 and "gradient_skipped" not in fast.notes
@@ -497,3 +498,20 @@ def test_first_at_reads_the_anytime_profile():
     r = SearchResult(method="gradient", plan=None, breakdown=None, step_s=2.7e-3, samples_per_s=0.0, feasible=True,
                      wall_s=2.0, seed=0, notes={"progress": progress})
     assert r.first_at(3.1e-3) == 1.4 and dataclasses.replace(r, notes={}).first_at(1.0) is None
+
+
+def test_progress_off_a_terminal_writes_a_line_per_kind_of_phase(capsys):
+    """Where stderr is not a terminal (captured here, as in a log or CI), the progress is one line
+    when the search starts and one per new kind of phase, not a bar's carriage-return redraws: the
+    second kick is not written, nor is the first again."""
+    import time
+    from perfmodel.search.api import PHASE, _Progress
+    with _Progress(True, 30.0, "search gradient"):
+        for phase in ("start", "kick 1/30", "kick 2/30", "start"):
+            PHASE["now"] = phase
+            time.sleep(0.6)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "\r" not in err and len(lines) == 3
+    assert lines[0] == "search gradient: budget 30 s"
+    assert lines[1].startswith("search gradient: start at ") and lines[2].startswith("search gradient: kick 1/30 at ")

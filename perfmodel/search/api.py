@@ -12,6 +12,8 @@ the search finishes within its budget (`converged`); a budget cut depends on the
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -117,20 +119,30 @@ def first_at(progress, step_s: float) -> float | None:
 
 class _Progress:
     """A tqdm bar over the wall-clock budget, ticking from a light background thread (the search's
-    work is long XLA calls that cannot report progress themselves)."""
+    work is long XLA calls that cannot report progress themselves). Where stderr is not a terminal
+    (a log file, a pipe, CI), a bar's carriage-return redraws would pile up on one line: there the
+    thread writes a line the first time it sees each kind of phase instead ("start", "relaxed batch
+    1/8", "kick 3/30": the later batches and kicks are not written; a phase shorter than its 0.5-s
+    tick may not be seen)."""
 
     def __init__(self, enabled: bool, budget_s: float | None, desc: str):
         self.enabled = enabled
         self.budget, self.desc, self.t0 = budget_s, desc, time.time()
+        self.tty = sys.stderr.isatty()
+        self.kinds: set = set()                 # phase kinds written (not a terminal)
 
     def __enter__(self):
         PHASE.pop("now", None)
         if self.enabled:
-            from tqdm import tqdm
-            if self.budget is None:          # no budget: the time so far
+            if not self.tty:
+                budget = "until it converges" if self.budget is None else f"budget {self.budget:g} s"
+                print(f"{self.desc}: {budget}", file=sys.stderr, flush=True)
+            elif self.budget is None:          # no budget: the time so far
+                from tqdm import tqdm
                 self.bar = tqdm(total=None, desc=self.desc, unit="s", leave=False,
                                 bar_format="{desc}: {n:.0f} s, until it converges")
             else:
+                from tqdm import tqdm
                 self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
                                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
             self.stop = threading.Event()
@@ -140,8 +152,14 @@ class _Progress:
 
     def _tick(self):
         while not self.stop.wait(0.5):
-            self.bar.n = time.time() - self.t0 if self.budget is None else min(time.time() - self.t0, self.budget)
             phase = PHASE.get("now")
+            if not self.tty:
+                kind = re.sub(r"\s*\d+(/\d+)?$", "", phase or "")
+                if phase and kind not in self.kinds:
+                    self.kinds.add(kind)
+                    print(f"{self.desc}: {phase} at {time.time() - self.t0:.1f} s", file=sys.stderr, flush=True)
+                continue
+            self.bar.n = time.time() - self.t0 if self.budget is None else min(time.time() - self.t0, self.budget)
             self.bar.set_description_str(f"{self.desc} ({phase})" if phase else self.desc, refresh=False)
             self.bar.refresh()
 
@@ -150,7 +168,8 @@ class _Progress:
         if self.enabled:
             self.stop.set()
             self.thread.join()
-            self.bar.close()
+            if self.tty:
+                self.bar.close()
         return False
 
 
