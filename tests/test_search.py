@@ -85,8 +85,8 @@ def test_same_seed_same_plan_and_figures(small_setup):
     system, model = small_setup
     a = pm.search(system, model, "gradient", seed=3, budget_s=120)
     b = pm.search(system, model, "gradient", seed=3, budget_s=None)
-    why = {"a": {k: v for k, v in a.notes.items() if k != "progress"} | {"wall_s": a.wall_s, "step_s": a.step_s},
-           "b": {k: v for k, v in b.notes.items() if k != "progress"} | {"wall_s": b.wall_s, "step_s": b.step_s}}
+    why = {n: {k: v for k, v in r.notes.items() if k != "progress"} | {"wall_s": r.wall_s, "step_s": r.step_s}
+           for n, r in (("a", a), ("b", b))}
     assert a.converged and b.converged, why
     assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2, why
     # where the time went: three phases, none negative, inside the wall time (each phase is rounded to
@@ -485,7 +485,6 @@ def test_benchmark_instance_lists_are_parsed_with_clear_errors():
             parse_budgets(bad)
 
 
-
 def test_first_at_reads_the_anytime_profile():
     """SearchResult.first_at: when the profile first held a plan at least as fast as a target (a
     relative 1e-9 of slack for float noise); None when it never did, or keeps no profile."""
@@ -503,13 +502,14 @@ def test_first_at_reads_the_anytime_profile():
 def test_progress_off_a_terminal_writes_a_line_per_kind_of_phase(capsys):
     """Where stderr is not a terminal (captured here, as in a log or CI), the progress is one line
     when the search starts and one per new kind of phase, not a bar's carriage-return redraws: the
-    second kick is not written, nor is the first again."""
+    second kick is not written, nor is the first again. (The first two phases last 1.2 s, over two of
+    its 0.5-s ticks, so that a tick late on a loaded machine still sees each.)"""
     import time
     from perfmodel.search.api import PHASE, _Progress
     with _Progress(True, 30.0, "search gradient"):
-        for phase in ("start", "kick 1/30", "kick 2/30", "start"):
+        for phase, seconds in (("start", 1.2), ("kick 1/30", 1.2), ("kick 2/30", 0.6), ("start", 0.6)):
             PHASE["now"] = phase
-            time.sleep(0.6)
+            time.sleep(seconds)
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert "\r" not in err and len(lines) == 3

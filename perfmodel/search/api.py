@@ -137,14 +137,14 @@ class _Progress:
             if not self.tty:
                 budget = "until it converges" if self.budget is None else f"budget {self.budget:g} s"
                 print(f"{self.desc}: {budget}", file=sys.stderr, flush=True)
-            elif self.budget is None:          # no budget: the time so far
-                from tqdm import tqdm
-                self.bar = tqdm(total=None, desc=self.desc, unit="s", leave=False,
-                                bar_format="{desc}: {n:.0f} s, until it converges")
             else:
                 from tqdm import tqdm
-                self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
-                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
+                if self.budget is None:          # no budget: the time so far
+                    self.bar = tqdm(total=None, desc=self.desc, unit="s", leave=False,
+                                    bar_format="{desc}: {n:.0f} s, until it converges")
+                else:
+                    self.bar = tqdm(total=round(self.budget, 1), desc=self.desc, unit="s", leave=False,
+                                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
             self.stop = threading.Event()
             self.thread = threading.Thread(target=self._tick, daemon=True)
             self.thread.start()

@@ -146,9 +146,14 @@ def score_settings(system: System, model: RankingModel, plans: list[Plan], table
     if not in_program(system, model):
         return score_plans(system, model, _with_settings(tables, _settings_batch(plans, len(plans)), np), tie, guard)
     size = batch_size(system, model)
-    out = [score_plans(system, model, _apply_settings(tables, _settings_batch(plans[s:s + size], size)), tie,
-                       guard)[:len(plans[s:s + size])]
-           for s in range(0, len(plans), size)]
+    return _in_batches(len(plans), size, lambda s: score_plans(
+        system, model, _apply_settings(tables, _settings_batch(plans[s:s + size], size)), tie, guard))
+
+
+def _in_batches(n: int, size: int, scores_from) -> np.ndarray:
+    """The n scores of candidates scored `size` at a time: scores_from(s) scores a padded batch of
+    candidates s, s + 1, ...; its padding is cut."""
+    out = [scores_from(s)[:min(size, n - s)] for s in range(0, n, size)]
     return np.concatenate(out) if out else np.zeros(0)
 
 
@@ -528,33 +533,42 @@ class LocalSearch:
         # what table-row-wise tables already put on each domain
         load0 = np.zeros(H)
         np.add.at(load0, base_dom[base_type == TWRW], self.weight[base_type == TWRW])
+
+        def prefixes(st, todo, doms=None, partners=None):
+            """Move k sets the k + 1 first tables of `todo` to type st (table-row-wise on doms,
+            column-wise with the second half on partners)."""
+            m = len(todo)
+            changed = np.zeros((m, T), bool)
+            changed[:, todo] = np.tri(m, dtype=bool)
+            dom, partner = np.tile(base_dom, (m, 1)), np.full((m, T), -1)
+            if doms is not None:
+                dom[:, todo] = np.where(changed[:, todo], doms, base_dom[todo])
+            if partners is not None:
+                partner[:, todo] = np.where(changed[:, todo], partners, -1)
+            return np.where(changed, st, base_type), dom, changed, partner
+
         out = []
         for st, order in ((DP, small), (TWRW, heavy), (RW, heavy)):
             if st == TWRW and H < 2:
                 continue
             todo = order[(base_type[order] != st) & ok[order, st]][:limit]
-            m = len(todo)
-            if not m:
+            if not len(todo):
                 continue
-            doms, load = np.zeros(m, int), load0.copy()
+            doms, load = np.zeros(len(todo), int), load0.copy()
             for i, t in enumerate(todo if st == TWRW else ()):
                 doms[i] = int(np.argmin(load))
                 load[doms[i]] += self.weight[t]
-            changed = np.zeros((m, T), bool)
-            changed[:, todo] = np.tri(m, dtype=bool)          # move k sets the k + 1 first
-            dom = np.tile(base_dom, (m, 1))
-            dom[:, todo] = np.where(changed[:, todo], doms, base_dom[todo])
-            out.append((np.where(changed, st, base_type), dom, changed, np.full((m, T), -1)))
+            out.append(prefixes(st, todo, doms if st == TWRW else None))
         # the k heaviest table-wise tables split column-wise in two, each second half on the device
         # then least loaded (a table-wise plan's devices can be full of one table each, where halves
         # of several share the load: mtia300-64 MLPerf)
         todo = heavy[(base_type[heavy] == TW) & np.asarray([2 in k for k in self.cw_moves])[heavy]][:limit]
         if len(todo) and self.D > 1:
-            m, load = len(todo), np.zeros(self.D)         # what table- and column-wise tables put on each device
+            load = np.zeros(self.D)         # what table- and column-wise tables put on each device
             for i, (t, j) in enumerate(zip(base, base_type)):
                 if j in (TW, CW):
                     load[t.ranks] += self.weight[i] / len(t.ranks)
-            partners = np.zeros(m, int)
+            partners = np.zeros(len(todo), int)
             for i, t in enumerate(todo):
                 own = base[t].ranks[0]
                 load[own] -= self.weight[t] / 2
@@ -562,11 +576,7 @@ class LocalSearch:
                 free[own] = np.inf
                 partners[i] = int(np.argmin(free))
                 load[partners[i]] += self.weight[t] / 2
-            changed = np.zeros((m, T), bool)
-            changed[:, todo] = np.tri(m, dtype=bool)
-            partner = np.full((m, T), -1)
-            partner[:, todo] = np.where(changed[:, todo], partners, -1)
-            out.append((np.where(changed, CW, base_type), np.tile(base_dom, (m, 1)), changed, partner))
+            out.append(prefixes(CW, todo, partners=partners))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
         dp = small[ok[small, DP]]
         # k = 0, 1, ..., limit, then growing by half (h100-256 prod-856: the best split up to 32 replicates 31
@@ -630,9 +640,8 @@ class LocalSearch:
             return np.zeros(0), group
         if not self.in_program:
             return self.scores(_groups(pa, *specs, np)), group
-        out = [self.scores(_apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))[:min(size, n - s)]
-               for s in range(0, n, size)]
-        return np.concatenate(out), group
+        return _in_batches(n, size, lambda s: self.scores(
+            _apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))), group
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
