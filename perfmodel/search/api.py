@@ -78,6 +78,11 @@ BACKGROUND_SHARE = 0.6
 # the share of the time left that a relaxed step kept on disk waits, before it loads beside the start's
 # descent, for that descent's first better plan (_compile_step's `after`)
 LOAD_WAIT = 0.1
+# the share of the time left that a compiled relaxed step's batch (its steps and roundings) may take; the
+# rest refines its best roundings (a batch with none left returns its best rounding as it is). MLPerf /
+# h100-16, warm, 0.7 s: a batch of 0.23 s with 0.39 s left found 2.79 ms, its roundings refined for
+# 0.07-0.1 s, where kicks of the start's 3.00 ms found nothing (half of the time left would skip it)
+BATCH_FIT = 0.8
 FINALISTS = 4          # rounded restarts refined
 RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
@@ -380,14 +385,16 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
 def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
-    the budget; on a small one, race (_race) its descent with its best compound move's, when that is
+    the budget (all of it when the relaxed phase cannot fit in the other half: _relaxed_fits); on a
+    small one, race (_race) its descent with its best compound move's, when that is
     lower (MLPerf, warm, 0.3-s budget: h100-64 2.084 -> 1.969 ms, h100-16 3.197 -> 2.999; run one
     after the other, the compound move's descent had no time left in budgets under a second).
     Then, if compiling the relaxed step takes at most RELAXED_SHARE of the time left
     (estimated as RELAXED_COMPILE x the single-plan scorer's first call as _CompileClock measured it,
     x SCORER_COMPILE_OVER_LOAD when the scorer was loaded from disk and the step was not kept there;
     RELAXED_LOAD_EXPORTED x the scorer's when both are kept as executables (cache.Exported)),
-    or, when it is compiled already, its steps do (as last timed in this process; on a small instance
+    or, when it is compiled already, a batch's steps and roundings take at most BATCH_FIT of it (as
+    last timed in this process; on a small instance
     a quick-compiled step that fits BACKGROUND_SHARE of the time left after the start compiles in a
     thread during the descent, and is then waited for at most RELAXED_SHARE of the time left), run the gradient
     restarts, round them (argmax and repacked: roundings) and race the best roundings' descents
@@ -442,14 +449,22 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         if within_tie < start_tie:
             start, start_tie, name = within, within_tie, "packed on the guard's costs"
     half = t0 + 0.5 * (deadline - t0)
+    # when the relaxed phase cannot fit in what the half leaves (_relaxed_fits; a step compiling in a
+    # thread is assumed to), the start's descent has the whole budget: cut at the half, its plan went to
+    # the kicks still descending, or to a batch that left its roundings no time (MLPerf / mtia300-64,
+    # warm: a 0.5-s search returned 0.984 ms, its race of two basins cut after 0.17 s; a 1-s search,
+    # racing for 0.37 s, 0.923)
+    fits = compiling is not None or _relaxed_fits(restarts, system, model, steps, compile_cost, deadline - half)
+    start_until = half if unbounded or fits else deadline
     if not ls.exhaustive:
         start, name = _compound_start(ls, start, start_tie, name)
-        best_plan, best = ls.run(start, deadline=half)
-        start_done = time.time() < half      # the descent stopped on its own: no move helps
+        best_plan, best = ls.run(start, deadline=start_until)
+        start_done = time.time() < start_until      # the descent stopped on its own: no move helps
         cut = not start_done                 # a descent ended by a deadline: the result depends on timing
     else:   # two basins, the start's and its best compound move's (when lower), raced within the half
         compound, _ = _compound_start(ls, start, start_tie, name, lead=0.0)
-        best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not start else []), deadline=half)
+        best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not start else []),
+                                          deadline=start_until)
         name += ", compound move" if won == 1 else ""
         start_done = True
     if greedy_score <= best:
@@ -463,16 +478,11 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         # (a descent that stopped on its own gets here early: a compile in flight is waited for, not repeated)
         PHASE["now"] = "relaxed step compiling"
         compiling.join(timeout=max(RELAXED_SHARE * (deadline - time.time()), 0.0))
+    # (still compiling: the time left is the kicks'; the step is there for a later search)
     still = compiling is not None and compiling.is_alive()
-    if still:
-        cost = float("inf")       # still compiling: the time left is the kicks' (the step is there for a later search)
-    elif gs.is_compiled(restarts, system, model):
-        per_step = gs.step_seconds(restarts, system, model)
-        cost = steps * per_step if per_step is not None else 0.0
+    if gs.is_compiled(restarts, system, model):
         step_name = None          # compiled (and kept, when the cache is on) already
-    else:
-        cost = compile_cost
-    if unbounded or cost <= RELAXED_SHARE * (deadline - time.time()):
+    if unbounded or not still and _relaxed_fits(restarts, system, model, steps, compile_cost, deadline - time.time()):
         step = gs.step_for(restarts, system, model)
 
         def relaxed_batch(entropy, warm, incumbent=None):
@@ -483,14 +493,18 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
             params, _, taken, nonfinite = gs.run(step, params, state, system, model, masks, steps=steps, deadline=deadline)
             if nonfinite:             # never seen since cost.smooth.hard_max: say so rather than hide it
                 notes["nonfinite_gradient_entries"] = notes.get("nonfinite_gradient_entries", 0) + nonfinite
+            t_round = time.time()
             candidates = roundings(params, masks, ls, settings_of)
             scores = ls.scores_of(candidates)
+            _ROUNDING_S[step_key] = time.time() - t_round
             finalists = [candidates[int(i)] for i in np.argsort(scores, kind="stable")[:FINALISTS]]
             if incumbent is None:
                 until = time.time() + 0.5 * (deadline - time.time())
             else:
                 finalists, until = [incumbent] + finalists, deadline
             out, out_s, race_cut, _ = _race(ls, finalists, deadline=until)
+            if out_s == float("inf"):    # no time left to refine them: the best rounding as it is
+                out, out_s = finalists[0], float(ls.details(finalists[0])[5])
             return taken, scores, out, out_s, race_cut
 
         t_batch = time.time()
@@ -545,6 +559,23 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
                         "kicks": round(time.time() - t_relaxed, 3)}
     converged &= kicks >= planned and time.time() < deadline and not cut
     return best_plan, notes, converged
+
+
+def _relaxed_fits(restarts, system, model, steps: int, compile_cost: float, left: float) -> bool:
+    """Whether the relaxed phase may run in `left` seconds: its step's compile (`compile_cost`) in
+    RELAXED_SHARE of them when the step is not compiled in this process; else a batch's steps, as
+    last timed here, and its roundings' construction and scoring (_ROUNDING_S, as last timed: 0.02-0.03 s
+    of a warm 0.2-s batch on MLPerf / h100-16) in BATCH_FIT of them."""
+    from . import gradient as gs
+
+    if not gs.is_compiled(restarts, system, model):
+        return compile_cost <= RELAXED_SHARE * left
+    key = gs._cache_key(restarts, system, model)
+    per_step = gs.step_seconds(restarts, system, model)
+    return (steps * per_step if per_step is not None else 0.0) + _ROUNDING_S.get(key, 0.0) <= BATCH_FIT * left
+
+
+_ROUNDING_S: dict = {}    # problem shape -> seconds its last relaxed batch took to round and score its restarts
 
 
 def _step_names(restarts, system, model) -> tuple[str, tuple, str]:
