@@ -36,7 +36,8 @@ from .relax import NEG, make_masks, round_params
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
 SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent: they need one
 # why a gradient search skipped its relaxed phase (notes["gradient_skipped"])
-SKIPPED_NO_TIME = "the relaxed step's estimated compile or steps exceed RELAXED_SHARE of the time left"
+SKIPPED_NO_TIME = ("the relaxed step's estimated compile (or, compiled, a batch's steps and roundings) exceeds its share "
+                   "of the time left (RELAXED_SHARE; BATCH_FIT)")
 SKIPPED_COMPILING = "the relaxed step was still compiling"
 # the relaxed step's first call over the single-plan scorer's, both as _CompileClock counts them
 # (trace + lowering + compile, or + load from the persistent cache), by how the step compiles
