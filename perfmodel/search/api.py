@@ -462,7 +462,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         best_plan, best = ls.run(start, deadline=start_until)
         start_done = time.time() < start_until      # the descent stopped on its own: no move helps
         cut = not start_done                 # a descent ended by a deadline: the result depends on timing
-    else:   # two basins, the start's and its best compound move's (when lower), raced within the half
+    else:   # two basins, the start's and its best compound move's (when lower), raced until start_until
         compound, _ = _compound_start(ls, start, start_tie, name, lead=0.0)
         best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not start else []),
                                           deadline=start_until)
