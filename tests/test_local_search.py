@@ -1,6 +1,7 @@
 """Local search and multi-resource packing: plateaus of the max, the packer's balance."""
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -150,16 +151,25 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
     start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
     ls = LocalSearch(system, model, make_masks(system, model))
     groups = ls._group_candidates(start)
-    assert len(groups) == 4 * T + 1          # data-parallel, row-wise, column-wise, splits k = 0..T; no TWRW
+    # data-parallel, row-wise, column-wise, splits k = 0..T; no TWRW; then column-wise splits k = 0..T-1
+    # in two shards (dim 64: no more); those again under the other dense parallelism allowed apart
+    others = ls._group_candidates(start, other_dense=True)
+    assert len(groups) == 5 * T + 1 and len(others) == T
     for k, g in enumerate(groups[2 * T:3 * T], start=1):
         split = [n for n, tp in g.tables.items() if tp.sharding_type == "column_wise"]
         assert len(split) == k and all(g.tables[n] == start.tables[n] for n in g.tables if n not in split)
         assert all(start.tables[n].ranks[0] in g.tables[n].ranks and len(set(g.tables[n].ranks)) == 2 for n in split)
     halves = np.bincount([d for tp in groups[3 * T - 1].tables.values() for d in tp.ranks], minlength=4)
     assert halves.tolist() == [5, 5, 4, 2]
-    for k, g in enumerate(groups[3 * T:]):
+    for k, g in enumerate(groups[3 * T:4 * T + 1]):
         types = [g.tables[f"t{i}"].sharding_type for i in range(T)]     # identical sizes: stable order
         assert types == ["data_parallel"] * k + ["row_wise"] * (T - k)
+    for i, g in enumerate(groups[4 * T + 1:] + others):     # the k smallest replicated, the others in pairs by turns
+        k = i % T
+        assert [g.tables[f"t{j}"].ranks for j in range(k, T)] == [[[0, 1], [2, 3]][j % 2] for j in range(T - k)] and \
+            all(g.tables[f"t{j}"].sharding_type == "data_parallel" for j in range(k))
+        assert (g.dense == start.dense) == (i < T)
+        assert g.tables == others[k].tables
     for k, g in enumerate(groups[:T], start=1):
         types = [tp.sharding_type for tp in g.tables.values()]
         assert types.count("data_parallel") == k and types.count("table_wise") == T - k
@@ -213,6 +223,64 @@ def test_table_row_wise_moves_fill_the_least_loaded_domain_first(twins):
         ranks = [tp.ranks for tp in g.tables.values() if tp.sharding_type == "table_row_wise"]
         assert len(ranks) == k
         assert ranks[-1] == list(range(8 * ((k - 1) % 2), 8 * ((k - 1) % 2) + 8))
+
+
+def test_column_wise_splits_tile_aligned_blocks_around_table_row_wise_tables(twins):
+    """A column-wise split on two domains of 8 (h100-16): the k smallest tables data-parallel, the n
+    heaviest of the others table-row-wise, the rest column-wise in pairs on aligned blocks of two
+    devices, least loaded first with a domain's table-row-wise load shared by its 4 blocks. By hand,
+    k = 2, n = 1 (identical tables: both orders are t0, t1, ...): t0, t1 replicated; t2 on domain 0;
+    t3 ... t6 on blocks 4 ... 7 (devices 8 ... 15, unloaded), then t7 on block 0 (a quarter of t2
+    each on blocks 0 ... 3, a whole table on 4 ... 7)."""
+    from perfmodel.search.local import SPLIT_TWRW
+    _, model = twins
+    system = pm.load_system("h100-16")
+    start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i]) for i in range(T)})
+    ls = LocalSearch(system, model, make_masks(system, model))
+    splits = [g for g in ls._group_candidates(start) if g.dense == start.dense
+              and any(tp.sharding_type == "column_wise" and len(tp.ranks) > 1 and tp.ranks[1] == tp.ranks[0] + 1
+                      and tp.ranks[0] % 2 == 0 for tp in g.tables.values())]
+    want = {"t0": [*range(16)], "t1": [*range(16)], "t2": [*range(8)], "t3": [8, 9], "t4": [10, 11],
+            "t5": [12, 13], "t6": [14, 15], "t7": [0, 1]}
+    hits = [g for g in splits if {n: tp.ranks for n, tp in g.tables.items()} == want]
+    assert len(hits) == 1
+    assert [hits[0].tables[f"t{i}"].sharding_type for i in (0, 2, 3)] == ["data_parallel", "table_row_wise", "column_wise"]
+    # every split: k = 0 ... 7 (8 replicates every table: no column-wise table) and n = 0 ... SPLIT_TWRW
+    # while tables are left for both, no two alike
+    assert len(splits) == len({repr(g.tables) for g in splits}) == \
+        sum(1 for k in range(T) for n in range(SPLIT_TWRW + 1) if n < T - k)
+
+
+def test_a_compound_move_that_lowers_the_step_is_taken_though_its_tie_broken_score_is_higher(twins):
+    """When no single move helps, the descent takes the compound move of least step time when it is
+    below the best the descent has held, whatever its tie-broken score (a whole-plan move trades the
+    step for its resource spread: MLPerf / h100-64, a column-wise split at 1.942 ms, tie-broken
+    1.99, from a plan at 1.968 both); else, as before, the least tie-broken one when that is lower.
+    The column-wise splits under the other dense parallelisms are scored only when those fail."""
+    system, model = twins
+    ls = LocalSearch(system, model, make_masks(system, model))
+    start, _ = ls.run(placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3]), deadline=time.time() + 30)
+    cur, hard = float(ls.details(start)[0]), float(ls.details(start)[5])
+    taken, asked = [], []
+
+    def moves(first, other=None):
+        def group_moves(plan, pa, hard=False, other_dense=False):
+            assert hard
+            asked.append(other_dense)
+            return np.asarray(other if other_dense else first), lambda j: taken.append((other_dense, j)) or plan
+        return group_moves
+
+    def run(first, other=None):
+        taken.clear(), asked.clear()
+        ls.group_moves = moves(first, other or first)
+        ls.run(start, deadline=time.time() + 30, max_rounds=1)
+        return taken, asked
+
+    assert run([[hard * 1.01, hard * 0.99, hard * 1.02], [cur * 0.9, cur * 1.05, cur * 1.1]]) == ([(False, 1)], [False])
+    assert run([[hard * 1.01, hard * 1.0, hard * 1.02], [cur * 1.1, cur * 0.95, cur * 0.9]]) == ([(False, 2)], [False])
+    assert run([[hard * 1.01, hard * 1.0], [cur * 1.1, cur * 1.0]]) == ([], [False, True])
+    assert run([[hard * 1.01], [cur * 1.1]], [[hard * 1.01, hard * 0.98], [cur * 1.2, cur * 1.3]]) == \
+        ([(True, 1)], [False, True])
 
 
 def test_large_instances_split_at_growing_replica_counts():
