@@ -685,11 +685,17 @@ class LocalSearch:
         the single moves place column-wise shards one table at a time on the least-loaded devices.
         MLPerf, the best split descended, against the 30-s search's plan before these moves: h100-64
         1.968 -> 1.942 ms (c = 4, n = 1, k = 11, hybrid dense), h100-16 2.658 -> 2.606 (c = 2, n = 2,
-        k = 16, hybrid), mtia300-64 0.920 -> 0.918 (c = 4, n = 3 or 4, k = 10 or 11, hybrid). As
-        (types, first device or domain, changed) [moves, T] and the width [moves]."""
+        k = 16, hybrid), mtia300-64 0.920 -> 0.918 (c = 4, n = 3 or 4, k = 10 or 11, hybrid).
+        Small instances only (is_exhaustive): on prod-856 / h100-256 the best split is 7.6 % above
+        the 30-s search's plan (20.37 against 18.92 ms tie-broken), and its 618 more moves (1,854
+        with the other dense parallelisms) per stall cost a cold 5-s search 0.6 ms (19.51 -> 20.09).
+        As (types, first device or domain, changed) [moves, T] and the width [moves]."""
         if self._cw_split_specs is not None:
             return self._cw_split_specs
         T, D, L, H = self.T, self.D, self.L, self.H
+        if not self.exhaustive:
+            self._cw_split_specs = np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool), np.zeros(0, int)
+            return self._cw_split_specs
         _, heavy = self._orders()
         ok = self.masks.types > -1
         replicated = self._replicated()
