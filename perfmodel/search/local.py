@@ -159,9 +159,9 @@ def score_settings(system: System, model: RankingModel, plans: list[Plan], table
 
 def _in_batches(n: int, size: int, scores_from) -> np.ndarray:
     """The n scores of candidates scored `size` at a time: scores_from(s) scores a padded batch of
-    candidates s, s + 1, ...; its padding is cut."""
-    out = [scores_from(s)[:min(size, n - s)] for s in range(0, n, size)]
-    return np.concatenate(out) if out else np.zeros(0)
+    candidates s, s + 1, ... (along its last axis: [size] or, score_pairs, [2, size]); its padding is cut."""
+    out = [scores_from(s)[..., :min(size, n - s)] for s in range(0, n, size)]
+    return np.concatenate(out, axis=-1) if out else np.zeros(0)
 
 
 def in_program(system: System, model: RankingModel) -> bool:
@@ -329,6 +329,11 @@ class LocalSearch:
         tb = model.tables
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
         self.progress: list[tuple[float, float]] = []    # (wall clock, step): each new best feasible plan held
+        # the tables smallest first (bytes) and heaviest first (self.weight), and the splits'
+        # data-parallel tables (_replicated)
+        self.small = np.argsort(np.asarray(tb.rows * tb.bytes_per_row(), np.float64), kind="stable")
+        self.heavy = np.argsort(-self.weight, kind="stable")
+        self.replicated = self._replicated()
         self._cw_split_specs = None                      # _cw_splits, built once
 
     def record(self, score: float) -> None:
@@ -559,7 +564,7 @@ class LocalSearch:
         tb = self.model.tables
         T, L, H = self.T, self.L, self.H
         limit = T if self.exhaustive else GROUP_MAX
-        small, heavy = self._orders()
+        small, heavy = self.small, self.heavy
         ok = self.masks.types > -1                                         # [T, 5]
         base = [plan.tables[n] for n in tb.names]
         base_type = np.asarray([SHARDING_TYPES.index(t.sharding_type) for t in base])
@@ -622,7 +627,7 @@ class LocalSearch:
                 load[partners[i]] += self.weight[t] / 2
             out.append(prefixes(CW, todo, partners=partners))
         # splits: the k smallest data-parallel, every other table sharded (balanced from empty domains)
-        replicated = self._replicated()                                  # [K, T]
+        replicated = self.replicated                                     # [K, T]
         K = len(replicated)
         for st in (TWRW, RW) if not other_dense else ():
             if st == TWRW and H < 2:
@@ -652,18 +657,11 @@ class LocalSearch:
                     np.zeros(0, int), np.zeros(0, int))
         return tuple(np.concatenate(x) for x in zip(*out))
 
-    def _orders(self) -> tuple[np.ndarray, np.ndarray]:
-        """The tables smallest first (bytes) and heaviest first (self.weight)."""
-        tb = self.model.tables
-        size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64)
-        return np.argsort(size, kind="stable"), np.argsort(-self.weight, kind="stable")
-
     def _replicated(self) -> np.ndarray:
         """The splits' data-parallel tables [K, T]: the k smallest that may be, for k = 0, 1, ...,
         limit (T on a small instance, GROUP_MAX on a large one), then growing by half (h100-256
         prod-856: the best split up to 32 replicates 31 tables, 18.15 ms; 48 gives 18.11)."""
-        small, _ = self._orders()
-        limit = self.T if self.exhaustive else GROUP_MAX
+        small, limit = self.small, self.T if self.exhaustive else GROUP_MAX
         dp = small[self.masks.types[small, DP] > -1]
         ks, k = list(range(0, min(len(dp), limit) + 1)), limit
         while k < len(dp):
@@ -676,7 +674,7 @@ class LocalSearch:
     def _cw_splits(self) -> tuple[np.ndarray, ...]:
         """Column-wise splits, which do not depend on the plan (kept once built): for each width c
         of SPLIT_WIDTHS that divides a scale-up domain, each n = 0 ... SPLIT_TWRW and each replica
-        count k of the splits (_replicated), the k smallest tables data-parallel, the n heaviest of
+        count k of the splits (self.replicated), the k smallest tables data-parallel, the n heaviest of
         the others table-row-wise (domains least-loaded first), and every other table column-wise in
         c shards on an aligned block of c devices inside a domain (blocks least-loaded first,
         heaviest table first; a domain's table-row-wise load shared by its blocks; a table that
@@ -696,9 +694,8 @@ class LocalSearch:
         if not self.exhaustive:
             self._cw_split_specs = np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool), np.zeros(0, int)
             return self._cw_split_specs
-        _, heavy = self._orders()
+        heavy, replicated = self.heavy, self.replicated
         ok = self.masks.types > -1
-        replicated = self._replicated()
         K = len(replicated)
         out = []
         for c in (c for c in SPLIT_WIDTHS if c <= min(L, D) and L % c == 0):
@@ -765,9 +762,8 @@ class LocalSearch:
             return np.zeros((2, 0) if hard else 0), group
         if not self.in_program:
             return scores(_groups(pa, *specs, np)), group
-        out = [scores(_apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))[..., :min(size, n - s)]
-               for s in range(0, n, size)]
-        return np.concatenate(out, axis=-1), group
+        return _in_batches(n, size, lambda s: scores(
+            _apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))), group
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
