@@ -1,6 +1,8 @@
-"""Compile time and run time of the search's three programs under three XLA option sets, measured in
-the same run: XLA's CPU defaults; perfmodel's (perfmodel.cache.CPU_COMPILE_OPTIONS: no fusion
-emitters); and quick (cache.QUICK_COMPILE_OPTIONS: LLVM's optimizations off as well).
+"""Compile time and run time of the search's three programs under four XLA option sets, measured in
+the same run: XLA's CPU defaults; perfmodel's with XLA's YNNPACK fusions on (no fusion emitters);
+perfmodel's (perfmodel.cache.CPU_COMPILE_OPTIONS: no fusion emitters, no YNNPACK fusions); and quick
+(cache.QUICK_COMPILE_OPTIONS: LLVM's optimizations off as well). The library compiles the large
+instances' relaxed step with the YNNPACK fusions (cache.jit(library_fusions=True)), the rest without.
 
     python benchmarks/bench_compile.py                 # three instances, about 3 minutes on 2 cores
     python benchmarks/bench_compile.py --instances dlrm-dcnv2-mlperf@h100-16
@@ -11,7 +13,9 @@ Per instance (model@system) and program:
   - details: the single-plan scorer the search calls once per round (search.local._details);
   - relaxed step: one Adam step of 8 relaxed restarts (search.gradient.step_for), 150 per search.
 Each is lowered once and compiled under each option set (`Lowered.compile(compiler_options=...)`);
-printed: compile s and best run ms of --repeat calls under each, which one the library uses (*), and
+printed: compile s, the first call's ms (YNNPACK builds its kernels then, not at the compile; the
+first program run in the process also pays oneDNN's kernel generation) and the best run ms of
+--repeat calls after it under each, which one the library uses (*), and
 the largest difference between the library's outputs and the defaults', relative to each output's
 scale (its largest magnitude; 0: bitwise identical). Relative to each element instead, near-zero
 entries (Adam's moments of logits the loss barely moves) read as 2.1 on prod-856's step while the
@@ -34,7 +38,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
-from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS  # noqa: E402
+from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS, YNN_FUSIONS_OFF  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
 from perfmodel.search import gradient as gs  # noqa: E402
@@ -46,7 +50,8 @@ from perfmodel.search.relax import make_masks  # noqa: E402
 INSTANCES = "dlrm-dcnv2-mlperf@h100-16,dlrm-dcnv2-mlperf@h100-64,prod-856@mtia300-256"
 
 
-OPTIONS = {"default": None, "perfmodel": CPU_COMPILE_OPTIONS, "quick": QUICK_COMPILE_OPTIONS}
+OPTIONS = {"default": None, "with YNN": {k: v for k, v in CPU_COMPILE_OPTIONS.items() if k not in YNN_FUSIONS_OFF},
+           "perfmodel": CPU_COMPILE_OPTIONS, "quick": QUICK_COMPILE_OPTIONS}
 
 
 def programs(system, model):
@@ -60,7 +65,7 @@ def programs(system, model):
     return [("scorer", local._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
             ("details", local._details.__wrapped__, (system, model, pa), "quick"),
             ("relaxed step", step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)),
-             "quick" if step is gs._step_quick else "perfmodel")]
+             "quick" if step is gs._step_quick else "with YNN")]      # the optimized step keeps them (gradient._step)
 
 
 def measure(fun, args, options, repeat: int, tag: str):
@@ -73,13 +78,15 @@ def measure(fun, args, options, repeat: int, tag: str):
     t = time.perf_counter()
     compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     compile_s = time.perf_counter() - t
+    t = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
+    first_s = time.perf_counter() - t
     runs = []
     for _ in range(repeat):
         t = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         runs.append(time.perf_counter() - t)
-    return compile_s, min(runs), [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+    return compile_s, first_s, min(runs), [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
 
 
 def main(argv=None) -> int:
@@ -95,7 +102,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     print(f"jax {jax.__version__}, backend {jax.default_backend()}; " +
           "; ".join(f"{k}: {v}" for k, v in OPTIONS.items() if v))
-    print(f"{'instance':<30}{'program':<14}" + "".join(f"{k:>22}" for k in OPTIONS) + "  max rel. diff")
+    print(f"{'instance':<30}{'program':<14}" + "".join(f"{k + ' (compile, first, run)':>34}" for k in OPTIONS)
+          + "  max rel. diff")
     totals = dict.fromkeys(OPTIONS, 0.0)
     used_total = 0.0
     for model_name, system_name in instances:
@@ -104,14 +112,15 @@ def main(argv=None) -> int:
         for name, fun, args, used in programs(system, model):
             got = {k: measure(fun, args, o, a.repeat, k) for k, o in OPTIONS.items()}
             diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0.0) / max(np.max(np.abs(x), initial=0.0), 1e-30))
-                       for x, y in zip(got["default"][2], got[used][2]) if x.dtype.kind == "f")
+                       for x, y in zip(got["default"][3], got[used][3]) if x.dtype.kind == "f")
             for k in OPTIONS:
                 totals[k] += got[k][0]
             used_total += got[used][0]
-            cells = "".join(f"{c:>8.2f} s {r * 1e3:>7.2f} ms{'*' if k == used else ' '}" for k, (c, r, _) in got.items())
+            cells = "".join(f"{c:>8.2f} s {f * 1e3:>8.1f} ms {r * 1e3:>7.2f} ms{'*' if k == used else ' '}"
+                            for k, (c, f, r, _) in got.items())
             # the relaxed step's last output: its gradient entries that were not finite (it zeroes
             # them, so the outputs above agree closely even when one option set's derivative is wrong)
-            bad = {k: int(g[2][-1]) for k, g in got.items() if name == "relaxed step" and int(g[2][-1])}
+            bad = {k: int(g[3][-1]) for k, g in got.items() if name == "relaxed step" and int(g[3][-1])}
             print(f"{inst:<30}{name:<14}{cells}  {diff:.1e}" + (f"  NON-FINITE GRADIENT ENTRIES {bad}" if bad else ""),
                   flush=True)
     print("all compiles: " + ", ".join(f"{k} {v:.1f} s" for k, v in totals.items())

@@ -150,9 +150,14 @@ def remove_cache_files(files: list[dict]) -> tuple[int, int]:
 
 
 # XLA options for the programs that evaluate the model. On the CPU, XLA's newer "fusion emitters"
-# code generation compiles perfmodel's programs 1.3-2x slower, and they run as fast without it
-# (benchmarks/bench_compile.py measures both, in the same run, on the search's programs).
-CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# code generation compiles perfmodel's programs 1.3-2x slower, and they run as fast without it. XLA's
+# YNNPACK fusions (its default: reductions and elementwise ops handed to the YNN library) build their
+# kernels at a program's first run, not at its compile: the batch scorer of MLPerf / h100-16, loaded
+# from the cache in a new process, took 84 ms for its first call and 4.5 ms after; without them 26 ms
+# and 3.6 ms (the rest of the first call is oneDNN generating its matrix-multiply kernels, once per
+# process). (benchmarks/bench_compile.py measures each set, in the same run, on the search's programs)
+YNN_FUSIONS_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
+CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False, **YNN_FUSIONS_OFF}
 # For programs whose run time is small beside their compile (one call per search round, or a few
 # hundred steps on a small instance): LLVM's optimization passes off as well. The single-plan scorer
 # compiles in 0.5-0.6 s instead of 1.0-1.3 s and runs 1.0-1.6x slower (under 2 ms a call); the relaxed
@@ -161,20 +166,22 @@ CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
 
 
-def jit(fun=None, *, quick: bool = False, export: bool = False, **kwargs):
+def jit(fun=None, *, quick: bool = False, export: bool = False, library_fusions: bool = False, **kwargs):
     """jax.jit with CPU_COMPILE_OPTIONS (quick: QUICK_COMPILE_OPTIONS) when JAX runs on the CPU
     (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...).
+    library_fusions=True keeps XLA's YNNPACK fusions (compile_options): for a program that runs
+    many times, where they run faster and the first call's kernel building does not count.
     export=True (functions of pytrees of arrays, no static arguments): with the persistent cache on,
     the traced program is kept there too (Exported), so that a new process skips tracing the model."""
     import jax
 
     if fun is None:
-        return functools.partial(jit, quick=quick, export=export, **kwargs)
+        return functools.partial(jit, quick=quick, export=export, library_fusions=library_fusions, **kwargs)
     if export:
         if kwargs:
             raise TypeError("jit(export=True) takes no static arguments")
-        return Exported(fun, quick)
-    return jax.jit(fun, compiler_options=compile_options(quick), **kwargs)
+        return Exported(fun, quick, library_fusions)
+    return jax.jit(fun, compiler_options=compile_options(quick, library_fusions), **kwargs)
 
 
 # Whether cache.jit(export=True) keeps traced programs in the persistent cache's folder (False: every
@@ -201,10 +208,10 @@ class Exported:
     0.12 s instead of 0.24 s made from the exported program plus XLA's cache). Its results are the same.
     Without the cache, or under a trace (vmap, grad, another jit), it is the plain jitted function."""
 
-    def __init__(self, fun, quick: bool):
+    def __init__(self, fun, quick: bool, library_fusions: bool = False):
         import jax
 
-        self.fun, self.options = fun, compile_options(quick)
+        self.fun, self.options = fun, compile_options(quick, library_fusions)
         self.plain = jax.jit(fun, compiler_options=self.options)
         self.calls: dict = {}         # (argument structure, shapes and dtypes) -> (callable on leaves, output structure)
         self.lock = threading.Lock()
@@ -464,13 +471,15 @@ def _aval(x):
         return type(x).__name__
 
 
-def compile_options(quick: bool = False) -> dict | None:
-    """The options cache.jit compiles with on this backend (None: the backend's defaults)."""
+def compile_options(quick: bool = False, library_fusions: bool = False) -> dict | None:
+    """The options cache.jit compiles with on this backend (None: the backend's defaults).
+    library_fusions: XLA's YNNPACK fusions left on (CPU_COMPILE_OPTIONS turns them off)."""
     import jax
 
     if jax.default_backend() != "cpu":
         return None
-    return QUICK_COMPILE_OPTIONS if quick else CPU_COMPILE_OPTIONS
+    options = QUICK_COMPILE_OPTIONS if quick else CPU_COMPILE_OPTIONS
+    return {k: v for k, v in options.items() if k not in YNN_FUSIONS_OFF} if library_fusions else options
 
 
 def traced(tree) -> bool:
