@@ -294,6 +294,16 @@ def _pad(x: np.ndarray, size: int) -> np.ndarray:
     return x if len(x) >= size else np.concatenate([x, np.repeat(x[:1], size - len(x), axis=0)])
 
 
+def _host(x, dtype=None) -> np.ndarray:
+    """x as a numpy array of the dtype jax makes of it (64-bit as 32-bit), for a compiled program's
+    argument: a numpy array is passed to it as it is, while jnp.asarray of one compiles a conversion
+    program per shape and dtype in jax 0.10 (cold, 0.6 s of MLPerf / h100-16's warm-up, beside its
+    other compiles; in a new process, loads from the persistent cache)."""
+    x = np.asarray(x, dtype)
+    wide = {np.dtype(np.int64): np.int32, np.dtype(np.float64): np.float32}.get(x.dtype)
+    return x.astype(wide) if wide is not None else x
+
+
 def _fill(order, on, weight, load) -> np.ndarray:
     """Bins for the tables, in `order`, where on [K, T] is set: each to the least-loaded bin of its
     row of load [K, B] (ties to the first), which it then loads by its weight (load is updated). The
@@ -326,7 +336,9 @@ class LocalSearch:
         self.allowed_types = [j for j in range(5) if (masks.types[:, j] > -1).any()]
         self.exhaustive = is_exhaustive(system, model)
         self.in_program = in_program(system, model)      # compound moves and setting changes built in a program
-        tb = model.tables
+        # the tables' fields as numpy arrays (the same dtypes: the same values): jax arrays' ops here
+        # dispatched one compiled program each, 0.15 s cold and 0.03 s from the persistent cache
+        tb = jax.tree_util.tree_map(np.asarray, model.tables)
         self.weight = np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64)
         self.progress: list[tuple[float, float]] = []    # (wall clock, step): each new best feasible plan held
         # the tables smallest first (bytes) and heaviest first (self.weight), and the splits'
@@ -378,24 +390,23 @@ class LocalSearch:
         """The batch _mixed_scores scores."""
         n, m, q, size = len(c["t"]), len(a), len(settings), self.max_batch
         kind = np.concatenate([np.zeros(n, np.int32), np.ones(m, np.int32), np.full(size - n - m, 2, np.int32)])
-        cols = [jnp.asarray(_pad(c[k], size) if n else np.zeros((size,) + c[k].shape[1:], c[k].dtype))
+        cols = [_host(_pad(c[k], size) if n else np.zeros((size,) + c[k].shape[1:], c[k].dtype))
                 for k in ("t", "st", "devs", "k", "dom")]
-        cache = jnp.asarray(_pad(c["cache"], size) if n else np.ones(size), jnp.float32)
-        pad = lambda x: jnp.asarray(np.pad(x, (n, size - n - len(x)), mode="edge") if len(x) else np.zeros(size, np.int32))
+        cache = _host(_pad(c["cache"], size) if n else np.ones(size), np.float32)
+        pad = lambda x: _host(np.pad(x, (n, size - n - len(x)), mode="edge") if len(x) else np.zeros(size, np.int32))
         row = np.clip(np.arange(size) - n - m, 0, max(q - 1, 0)).astype(np.int32)
         batch = stack([plan_arrays(p, self.system, self.model, pa) for p in settings or [plan]])
         batch = jax.tree_util.tree_map(lambda x: _pad(np.asarray(x), MIXED_SETTINGS), batch)
-        return _apply_mixed(pa, *cols, cache, pad(a), pad(b), jnp.asarray(kind), jnp.asarray(row), batch)
+        return _apply_mixed(pa, *cols, cache, pad(a), pad(b), kind, row, batch)
 
     def _moves_batch(self, pa, c: dict, sl: slice):
         """The table moves c[sl] applied to `pa`, padded to max_batch."""
         cols = [_pad(c[k][sl], self.max_batch) for k in ("t", "st", "devs", "k", "dom")]
-        return _apply_table_moves(pa, *(jnp.asarray(x) for x in cols),
-                                  jnp.asarray(_pad(c["cache"][sl], self.max_batch), jnp.float32))
+        return _apply_table_moves(pa, *(_host(x) for x in cols), _host(_pad(c["cache"][sl], self.max_batch), np.float32))
 
     def _swaps_batch(self, pa, a: np.ndarray, b: np.ndarray, sl: slice):
         """The swaps (a[sl], b[sl]) applied to `pa`, padded to max_batch."""
-        return _apply_swaps(pa, jnp.asarray(_pad(a[sl], self.max_batch)), jnp.asarray(_pad(b[sl], self.max_batch)))
+        return _apply_swaps(pa, _host(_pad(a[sl], self.max_batch)), _host(_pad(b[sl], self.max_batch)))
 
     def warm_up(self, scorer_clock=contextlib.nullcontext) -> None:
         """Compile what a descent needs besides the batch scorer (_score_batch): the single-plan
@@ -412,7 +423,7 @@ class LocalSearch:
         if self.in_program:
             specs = [_pad(x[:1], self.max_batch) for x in self._group_specs(plan)]
             if len(specs[0]):
-                make(_apply_groups, pa, *(jnp.asarray(x) for x in specs))
+                make(_apply_groups, pa, *(_host(x) for x in specs))
             make(_apply_settings, pa, _settings_batch([plan], self.max_batch))
         # the first round's candidates: moves off the hot devices (run widens to every move later)
         c = self._table_candidates(plan, loads, memory, float(cap), False)
@@ -763,7 +774,7 @@ class LocalSearch:
         if not self.in_program:
             return scores(_groups(pa, *specs, np)), group
         return _in_batches(n, size, lambda s: scores(
-            _apply_groups(pa, *(jnp.asarray(_pad(x[s:s + size], size)) for x in specs)))), group
+            _apply_groups(pa, *(_host(_pad(x[s:s + size], size)) for x in specs)))), group
 
     # ------------------------------------------------------------------ applying moves to Plans
     def _moved_plan(self, plan: Plan, c: dict, i: int) -> Plan:
