@@ -118,8 +118,8 @@ def test_a_warm_search_runs_the_relaxed_steps_only_when_they_fit(small_setup, mo
     assert is_exhaustive(system, model)            # the start is a race (api._race) of two basins
     key = gs._cache_key(8, system, model)
     races, real_race = [], api._race
-    monkeypatch.setattr(api, "_race", lambda ls, plans, deadline: (races.append(deadline - called[0]),
-                                                                   real_race(ls, plans, deadline))[1])
+    monkeypatch.setattr(api, "_race", lambda ls, plans, deadline, **kw: (races.append(deadline - called[0]),
+                                                                         real_race(ls, plans, deadline, **kw))[1])
     monkeypatch.setitem(gs._STEP_SECONDS, key, 1.0)          # 150 s of steps: never within a 5-s budget
     called = [time.time()]
     slow = pm.search(system, model, "gradient", seed=0, budget_s=5, progress=True)
@@ -325,6 +325,41 @@ def test_race_halves_the_field_and_gives_the_winner_the_rest(monkeypatch):
     clock["now"], after["c"] = 0.0, [2.0]
     assert api._race(Stub(), ["c"], deadline=12.0) == ("c", 2.0, False, 0)
     assert calls == [("c", 12.0)] and clock["now"] == 0.0
+
+
+def test_a_race_of_known_plans_descends_the_lowest_first_and_holds_them_from_the_start(monkeypatch):
+    """With the plans' step times known (steps=), the race records the lowest in the anytime profile
+    before any descent, runs the lowest first (its share first, so a short budget refines the better
+    basin), and a race cut before a plan descended still returns the lowest plan, flagged as cut."""
+    from perfmodel.search import api
+    from perfmodel.search.local import note_progress
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(api.time, "time", lambda: clock["now"])
+    after = {"start": [5.0], "compound": [2.5, 2.4]}
+    calls: list = []
+
+    class Stub:
+        progress: list = []
+
+        def record(self, score):
+            note_progress(self.progress, score)
+
+        def run(self, plan, deadline):
+            calls.append(plan)
+            clock["now"] = deadline
+            return plan, after[plan].pop(0)
+
+    ls = Stub()
+    plan, score, cut, origin = api._race(ls, ["start", "compound"], deadline=12.0, steps=[6.0, 3.0])
+    assert calls == ["compound", "start", "compound"]      # the lower known plan first, then the winner
+    assert ls.progress == [(0.0, 6.0), (0.0, 3.0)]         # both held at once, the lowest last
+    assert (plan, score, cut, origin) == ("compound", 2.4, True, 1)
+    # a deadline already past: nothing descends, and the lowest known plan is returned, cut
+    calls.clear()
+    clock["now"] = 20.0
+    assert api._race(ls, ["start", "compound"], deadline=12.0, steps=[6.0, 3.0]) == ("compound", 3.0, True, 1)
+    assert calls == []
 
 
 def test_co_design_of_the_nic_split(mlperf, small_setup):

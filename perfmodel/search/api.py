@@ -11,6 +11,7 @@ the search finishes within its budget (`converged`); a budget cut depends on the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sys
@@ -30,7 +31,7 @@ from ..workload import RankingModel
 from .greedy import greedy_plan
 from .guard import ShardCosts, load_shard_costs, packed_start
 from .local import LocalSearch, is_exhaustive, load_batch_scorer
-from .pack import rebalance
+from .pack import load_packer, rebalance
 from .relax import NEG, make_masks, round_params
 
 METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
@@ -189,13 +190,28 @@ PHASE: dict = {}
 _WARMED: set = set()       # problems whose descent programs _warm_up compiled (or is compiling) in this process
 
 
-def _warm_up(ls: LocalSearch) -> threading.Thread | None:
+class _WarmUp:
+    """The warm-up thread (_warm_up) and an event set once its single-plan scorer is made and its
+    compile recorded (or the work ended): the start's scoring waits for that, the descent for the
+    whole thread (MLPerf / h100-16, new processes: the first plan 15 ms sooner, held while the move
+    batch's program loads)."""
+
+    def __init__(self):
+        self.scorer = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def join(self) -> None:
+        self.thread.join()
+
+
+def _warm_up(ls: LocalSearch) -> _WarmUp | None:
     """Compile the local search's single-plan scorer and move batches (LocalSearch.warm_up) in a
-    thread, while the caller builds the greedy start (which compiles the batch scorer); join it
-    before the descent. Records the single-plan scorer's compile in _SCORER_COMPILE_S as _gradient
-    would have measured it (the relaxed step's estimate is a multiple of it). Cold, on 2 cores, this
-    overlaps about a second of compiling: MLPerf / mtia300-64, greedy start and scorer 3.1-3.7 s
-    -> 2.4-2.6 s. None when done before in this process."""
+    thread, while the caller builds the greedy start (which compiles the batch scorer); wait for its
+    scorer (_WarmUp.scorer) before scoring the start, join it before the descent. Records the
+    single-plan scorer's compile in _SCORER_COMPILE_S as _gradient would have measured it (the
+    relaxed step's estimate is a multiple of it). Cold, on 2 cores, this overlaps about a second of
+    compiling: MLPerf / mtia300-64, greedy start and scorer 3.1-3.7 s -> 2.4-2.6 s. None when done
+    before in this process."""
     from . import gradient as gs
 
     key = gs._cache_key(0, ls.system, ls.model)
@@ -204,16 +220,26 @@ def _warm_up(ls: LocalSearch) -> threading.Thread | None:
         return None
     _WARMED.add(warmed)
 
+    out = _WarmUp()
+
+    @contextlib.contextmanager
+    def scorer_clock():
+        with _CompileClock() as clock:
+            yield
+        if clock.seconds > 0:
+            _SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
+        out.scorer.set()
+
     def work():
-        clock = _CompileClock()
         try:
-            ls.warm_up(scorer_clock=lambda: clock)
+            ls.warm_up(scorer_clock=scorer_clock)
         except Exception:          # noqa: BLE001 -- only a warm-up: the search compiles what it needs itself
             _WARMED.discard(warmed)
-        if getattr(clock, "seconds", 0.0) > 0:
-            _SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
+        finally:
+            out.scorer.set()
 
-    return background(work, "perfmodel-warm-up")
+    out.thread = background(work, "perfmodel-warm-up")
+    return out
 
 
 def background(work, name: str) -> threading.Thread:
@@ -318,27 +344,31 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
     if bad or not sharding_types:
         raise ConfigError("", "sharding_types", f"{bad or sharding_types!r}: allowed {', '.join(SHARDING_TYPES)}")
-    masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
-    if guard is not None:          # a type the guard has no cost for is never used
-        types = np.where(guard.priced(), masks.types, np.minimum(masks.types, NEG))
-        lost = [n for n, row in zip(model.tables.names, types) if not (row > -1).any()]
-        if lost:
-            raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
-        masks = dataclasses.replace(masks, types=types)
-    ls = LocalSearch(system, model, masks, freeze_settings=freeze_settings, guard=guard)
     # kept on disk, the batch scorer loads in a thread of its own while greedy builds its start (and the
     # warm-up thread loads the rest): MLPerf / h100-16, new processes (bench_coldstart), first plan at
     # 0.24-0.26 s instead of 0.28-0.30, TorchRec's quality at 0.46-0.47 s instead of 0.49-0.50. (First in
     # the warm-up thread instead, before the single-plan scorer and the moves: 0.33 and 0.53 s)
-    loading = background(lambda: load_batch_scorer(system, model), "perfmodel-batch-scorer") \
-        if method == "gradient" else None
-    warming = _warm_up(ls) if method == "gradient" else None
+    loading = background(lambda: (load_batch_scorer(system, model), load_packer(system, model)),
+                         "perfmodel-batch-scorer") if method == "gradient" else None
+    warming = None
     try:
+        masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
+        if guard is not None:          # a type the guard has no cost for is never used
+            types = np.where(guard.priced(), masks.types, np.minimum(masks.types, NEG))
+            lost = [n for n, row in zip(model.tables.names, types) if not (row > -1).any()]
+            if lost:
+                raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
+            masks = dataclasses.replace(masks, types=types)
+        ls = LocalSearch(system, model, masks, freeze_settings=freeze_settings, guard=guard)
+        warming = _warm_up(ls) if method == "gradient" else None
         greedy = start if start is not None else greedy_plan(system, model)    # raises if nothing fits
+    except BaseException:
+        if warming is not None:
+            warming.join()
+        raise
     finally:
-        for thread in (loading, warming):
-            if thread is not None:
-                thread.join()
+        if loading is not None:
+            loading.join()
     settings_of = lambda p: dataclasses.replace(greedy, tables=p.tables) if freeze_settings else p
     notes: dict = {}
     evaluations = 0
@@ -347,8 +377,13 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     if method == "greedy":
         plan = greedy
     elif method == "gradient":
-        plan, notes, converged = _gradient(system, model, masks, ls, greedy, seed=seed, restarts=restarts,
-                                           steps=steps, t0=t0, deadline=deadline, settings_of=settings_of)
+        try:
+            plan, notes, converged = _gradient(system, model, masks, ls, greedy, seed=seed, restarts=restarts,
+                                               steps=steps, t0=t0, deadline=deadline, settings_of=settings_of,
+                                               warming=warming)
+        finally:
+            if warming is not None:
+                warming.join()
     elif method in SAMPLERS:
         from .baselines import evolutionary_search, random_search
         if method == "random":
@@ -383,7 +418,7 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
                         notes=notes, system=system)
 
 
-def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of):
+def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of, warming=None):
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget (all of it when the relaxed phase cannot fit in the other half: _relaxed_fits); on a
@@ -407,6 +442,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
 
     unbounded = deadline - t0 > 1e8                     # budget_s=None
     PHASE["now"] = "start"
+    if warming is not None:            # (_WarmUp) its single-plan scorer made and its compile recorded
+        warming.scorer.wait()
     with _CompileClock() as clock:
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
     ls.record(float(greedy_score))
@@ -442,13 +479,15 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
                                                      after=after, progress=ls.progress),
                                "perfmodel-relaxed-step")
     packed = rebalance(system, model, greedy, memory)
-    packed_tie = float(ls.details(packed)[0]) if packed is not greedy else float("inf")
-    start, start_tie, name = (packed, packed_tie, "repacked") if packed_tie < tie else (greedy, float(tie), "greedy")
+    packed_tie, packed_step = (float(x) for x in ls.details(packed)[::5]) if packed is not greedy else (float("inf"),) * 2
+    start, start_tie, start_step, name = (packed, packed_tie, packed_step, "repacked") if packed_tie < tie else \
+        (greedy, float(tie), float(greedy_score), "greedy")
     if ls.guard is not None:         # a start within the guard's cap, packed on its costs (guard.packed_start)
         within = packed_start(ls, greedy)
         within_tie = float(ls.details(within)[0])
         if within_tie < start_tie:
-            start, start_tie, name = within, within_tie, "packed on the guard's costs"
+            start, start_tie, start_step, name = within, within_tie, float(ls.details(within)[5]), \
+                "packed on the guard's costs"
     half = t0 + 0.5 * (deadline - t0)
     # when the relaxed phase cannot fit in what the half leaves (_relaxed_fits; a step compiling in a
     # thread is assumed to), the start's descent has the whole budget: cut at the half, its plan went to
@@ -459,13 +498,17 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     start_until = half if unbounded or fits else deadline
     if not ls.exhaustive:
         start, name = _compound_start(ls, start, start_tie, name)
+        if warming is not None:              # the descent's move batches made
+            warming.join()
         best_plan, best = ls.run(start, deadline=start_until)
         start_done = time.time() < start_until      # the descent stopped on its own: no move helps
         cut = not start_done                 # a descent ended by a deadline: the result depends on timing
     else:   # two basins, the start's and its best compound move's (when lower), raced until start_until
-        compound, _ = _compound_start(ls, start, start_tie, name, lead=0.0)
-        best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not start else []),
-                                          deadline=start_until)
+        compound, compound_step = _race_compound(ls, start, start_step, start_tie)
+        if warming is not None:
+            warming.join()
+        best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not None else []),
+                                          deadline=start_until, steps=[start_step, compound_step])
         name += ", compound move" if won == 1 else ""
         start_done = True
     if greedy_score <= best:
@@ -629,20 +672,30 @@ def _compile_step_ahead(system, model, restarts, precisions, sharding_types):
     _compile_step(restarts, system, model, masks, stand_in(system, model), name)
 
 
-def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, float, bool, int]:
+def _race(ls: LocalSearch, plans: list[Plan], deadline: float, steps: list[float] | None = None) -> \
+        tuple[Plan, float, bool, int]:
     """Refine `plans` by successive halving: each stage gives every plan still in the race an equal
     share of the stage's time (a descent that stops on its own hands the rest to the next one), then
     the better half goes on; the last one descends until the deadline. ceil(log2 n) stages and the
     final descent split the time equally. Returns the best plan, its score, whether a descent was
     cut short by its share (its result then depends on the machine's speed), and which of `plans`
     it descended from.
+    steps: the plans' hard scores, when known: they are held from the start (the anytime profile
+    records the lowest now, and a race cut before a plan's descent still returns it), and the
+    lowest descends first (MLPerf / h100-16, new processes: the start's best compound move, 2.665 ms,
+    held 0.1 s sooner than the start's descent reached it).
     Which start leads to the lowest plan differs by instance and shows only after a long descent:
     on synthetic-300 / h100-64 the relaxed phase's best rounding (14.96 ms) descends below the
     repacked greedy start's descent (still going at 14.82 ms after 27 s); on prod-856 the start's
     descent stops by the half at a plan no rounding's descent beats. Fixed shares (an eighth to a
     half of the batch's time per finalist, in turn) ended 60-s searches of synthetic-300 at 12.78 /
     12.79 / 13.35 ms (seeds 0 / 1 / 2); racing with the start's descent, 12.04 / 12.43 / 12.55."""
-    field = [[p, float("inf"), False, i] for i, p in enumerate(plans)]    # plan, score, stopped on its own, origin
+    known = list(steps or [])[:len(plans)]
+    known += [float("inf")] * (len(plans) - len(known))
+    for step in sorted((s for s in known if s < float("inf")), reverse=True):
+        ls.record(step)
+    # plan, score, stopped on its own, origin, descended; the lowest first (sorted is stable)
+    field = sorted(([p, s, False, i, False] for i, (p, s) in enumerate(zip(plans, known))), key=lambda r: r[1])
     cut = False
     while time.time() < deadline:
         running = [r for r in field if not r[2]]
@@ -653,20 +706,34 @@ def _race(ls: LocalSearch, plans: list[Plan], deadline: float) -> tuple[Plan, fl
         for i, r in enumerate(running):
             until = min(time.time() + (end - time.time()) / (len(running) - i), deadline)
             r[0], r[1] = ls.run(r[0], deadline=until)
-            r[2] = time.time() < until
+            r[2], r[4] = time.time() < until, True
             cut |= not r[2]
         field.sort(key=lambda r: r[1])
         field = field[: (len(field) + 1) // 2]
-    plan, score, _, origin = min(field, key=lambda r: r[1])
-    return plan, score, cut or any(r[1] == float("inf") for r in field), origin
+    plan, score, _, origin, _ = min(field, key=lambda r: r[1])
+    return plan, score, cut or not all(r[4] for r in field), origin
 
 
-def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str,
-                    lead: float = COMPOUND_LEAD) -> tuple[Plan, str]:
+def _race_compound(ls: LocalSearch, start: Plan, start_step: float, start_tie: float) -> tuple[Plan | None, float]:
+    """A small instance's second basin (_race): `start`'s compound move of least step time when that
+    is below start_step, else its least tie-broken one when below start_tie (as LocalSearch.run takes
+    them), and its step time; (None, inf) when neither is lower."""
+    (hard, tie), group = ls.group_moves(start, plan_arrays(start, ls.system, ls.model), hard=True)
+    if not len(tie):
+        return None, float("inf")
+    j, i = int(np.argmin(hard)), int(np.argmin(tie))
+    if hard[j] < start_step * (1 - 1e-9):
+        return group(j), float(hard[j])
+    if tie[i] < start_tie:
+        return group(i), float(hard[i])
+    return None, float("inf")
+
+
+def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -> tuple[Plan, str]:
     """On a large instance, where the descent has no time to try both basins: start from the best
     compound move of `start` (tie-broken score `start_tie`; a whole change of sharding type, e.g.
-    every table table-row-wise but the smallest data-parallel) when it beats `start` by `lead`
-    (COMPOUND_LEAD; 0 on a small instance, where the two basins are raced); no single-table move
+    every table table-row-wise but the smallest data-parallel) when it beats `start` by
+    COMPOUND_LEAD (a small instance races the two basins instead: _race_compound); no single-table move
     leads there. prod-856 / h100-256: greedy 22.2 -> 18.1 ms by that one move, 17.4 ms after the
     60-s search (18.7 without); synthetic-300 / h100-64: 16.3 -> 11.8, 10.7 after (13.9 without).
     A move that barely helps is left to the descent, which tries compound moves when single moves
@@ -676,7 +743,7 @@ def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str,
     if not len(scores):
         return start, name
     j = int(np.argmin(scores))
-    if scores[j] < (1.0 - lead) * start_tie:
+    if scores[j] < (1.0 - COMPOUND_LEAD) * start_tie:
         return group(j), name + ", compound move"
     return start, name
 
