@@ -351,6 +351,28 @@ def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
     assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))
 
 
+@pytest.mark.parametrize("hard, tie, expect", [
+    ([5.0, 3.0, 4.0], [5.0, 9.0, 4.5], (1, 3.0)),      # the least step, below the start's, whatever its tie-broken score
+    ([7.0, 6.5, 8.0], [7.0, 5.5, 8.0], (1, 6.5)),      # no step below: the least tie-broken, when below the start's
+    ([7.0, 6.5, 8.0], [7.0, 6.5, 8.0], (None, None)),  # neither lower: no second basin
+])
+def test_a_small_instance_races_the_compound_move_of_least_step(twins, hard, tie, expect):
+    """_race_compound picks the start's second basin as LocalSearch.run takes compound moves: the
+    one of least step time when below the start's step (6.0 here), else the least tie-broken one
+    when below the start's tie-broken score (6.0), and gives that plan's step time."""
+    from perfmodel.search import api
+    system, model = twins
+    start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
+    ls = LocalSearch(system, model, make_masks(system, model))
+    groups = ls._group_candidates(start)[:3]
+    ls.group_moves = lambda plan, pa, hard_=False, **kw: (np.array([hard, tie]), groups.__getitem__)
+    plan, step = api._race_compound(ls, start, 6.0, 6.0)
+    if expect[0] is None:
+        assert plan is None and step == float("inf")
+    else:
+        assert plan is groups[expect[0]] and step == expect[1]
+
+
 def test_the_warm_ups_compile_the_programs_a_search_then_runs():
     """LocalSearch.warm_up (run in a thread while the greedy start compiles the batch scorer) must
     compile exactly the programs a descent's first round calls, with the same shapes and dtypes: a

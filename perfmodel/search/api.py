@@ -505,6 +505,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         cut = not start_done                 # a descent ended by a deadline: the result depends on timing
     else:   # two basins, the start's and its best compound move's (when lower), raced until start_until
         compound, compound_step = _race_compound(ls, start, start_step, start_tie)
+        ls.record(compound_step)             # held now, while the move batches load (_race records it too)
         if warming is not None:
             warming.join()
         best_plan, best, cut, won = _race(ls, [start] + ([compound] if compound is not None else []),
