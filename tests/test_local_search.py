@@ -88,6 +88,13 @@ def test_mixed_batch_scores_each_candidate_as_its_own_batch_does(twins):
                                                                 jnp.asarray(_pad(b, size))))[:len(a)])
     np.testing.assert_array_equal(sets, ls.scores_of(settings))
     assert len(set(moves.round(9))) > 1 and len(set(sets.round(9))) > 1      # the candidates differ
+    # more than a batch (a round widened to every move on a larger instance): the settings and the
+    # first moves in one batch, the rest a batch at a time, by the same program; the same scores
+    small = LocalSearch(system, model, make_masks(system, model), max_batch=32)
+    assert len(settings) < 32 < n + len(a) + len(settings)
+    chunked = small._mixed_scores(plan, pa, c, a, b, settings)
+    for got, want in zip(chunked, (moves, swaps, sets)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_table_moves_score_as_their_plans_column_wise_in_any_shard_count(twins):
