@@ -1,8 +1,8 @@
-"""Compile time and run time of the search's three programs under four XLA option sets, measured in
+"""Compile time and run time of the search's three programs under five XLA option sets, measured in
 the same run: XLA's CPU defaults; perfmodel's with XLA's YNNPACK fusions on (no fusion emitters);
 perfmodel's (perfmodel.cache.CPU_COMPILE_OPTIONS: no fusion emitters, no YNNPACK fusions); and quick
-(cache.QUICK_COMPILE_OPTIONS: LLVM's optimizations off as well). The library compiles the large
-instances' relaxed step with the YNNPACK fusions (cache.jit(library_fusions=True)), the rest without.
+(cache.QUICK_COMPILE_OPTIONS: LLVM's optimizations off as well), with and without the YNNPACK fusions.
+The library compiles the relaxed steps with them (cache.jit(library_fusions=True)), the scorers without.
 
     python benchmarks/bench_compile.py                 # three instances, about 3 minutes on 2 cores
     python benchmarks/bench_compile.py --instances dlrm-dcnv2-mlperf@h100-16
@@ -38,7 +38,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
-from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS, YNN_FUSIONS_OFF  # noqa: E402
+from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS, compile_options  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
 from perfmodel.search import gradient as gs  # noqa: E402
@@ -50,8 +50,8 @@ from perfmodel.search.relax import make_masks  # noqa: E402
 INSTANCES = "dlrm-dcnv2-mlperf@h100-16,dlrm-dcnv2-mlperf@h100-64,prod-856@mtia300-256"
 
 
-OPTIONS = {"default": None, "with YNN": {k: v for k, v in CPU_COMPILE_OPTIONS.items() if k not in YNN_FUSIONS_OFF},
-           "perfmodel": CPU_COMPILE_OPTIONS, "quick": QUICK_COMPILE_OPTIONS}
+OPTIONS = {"default": None, "with YNN": compile_options(library_fusions=True), "perfmodel": CPU_COMPILE_OPTIONS,
+           "quick with YNN": compile_options(quick=True, library_fusions=True), "quick": QUICK_COMPILE_OPTIONS}
 
 
 def programs(system, model):
@@ -65,7 +65,7 @@ def programs(system, model):
     return [("scorer", local._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
             ("details", local._details.__wrapped__, (system, model, pa), "quick"),
             ("relaxed step", step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)),
-             "quick" if step is gs._step_quick else "with YNN")]      # the optimized step keeps them (gradient._step)
+             "quick with YNN" if step is gs._step_quick else "with YNN")]      # the steps keep them (gradient._step)
 
 
 def measure(fun, args, options, repeat: int, tag: str):
@@ -102,8 +102,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     print(f"jax {jax.__version__}, backend {jax.default_backend()}; " +
           "; ".join(f"{k}: {v}" for k, v in OPTIONS.items() if v))
-    print(f"{'instance':<30}{'program':<14}" + "".join(f"{k + ' (compile, first, run)':>34}" for k in OPTIONS)
-          + "  max rel. diff")
+    print("each cell: compile s, first call ms, best run ms; * the set the library compiles the program with")
+    print(f"{'instance':<30}{'program':<14}" + "".join(f"{k:>34}" for k in OPTIONS) + "  max rel. diff")
     totals = dict.fromkeys(OPTIONS, 0.0)
     used_total = 0.0
     for model_name, system_name in instances:

@@ -53,6 +53,11 @@ SKIPPED_COMPILING = "the relaxed step was still compiling"
 # h100-256; two cold processes each), 7.8-8.2x: optimized 8.2 (10.5, the ratio to the scorer compiled
 # alone, priced the step at 14 s and skipped it at 60 s; run, it ties: 7.7036 and 18.8454 ms)
 RELAXED_COMPILE = {"quick": 5.0, "optimized": 8.2}
+# The scorer's figure when no search in this process measured it, because its program was made
+# before any search (LocalSearch.details called directly: the test suite's order decided whether a
+# 120-s search of a small instance ran its relaxed phase): assumed 2.0 s, inside the 1.1-2.7 s
+# measured above (before, none known meant no relaxed phase at all)
+UNKNOWN_SCORER_COMPILE_S = 2.0
 # When the scorer was loaded from the persistent cache but the relaxed step was never compiled with
 # it (an earlier process skipped the relaxed phase), the step compiles while the scorer's figure is a
 # load: the scorer's compile over its load, as _CompileClock counts them, was 0.70 / 0.32 s = 2.2 on
@@ -458,9 +463,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         tie, _, memory, _, _, greedy_score = ls.details(greedy)
     ls.record(float(greedy_score))
     key = gs._cache_key(0, system, model)
-    # compiled earlier in this process: the figure measured then (none known: assume the relaxed step cannot fit)
+    # compiled earlier in this process: the figure measured then (none known: UNKNOWN_SCORER_COMPILE_S)
     eval_compile, eval_loaded = (_SCORER_COMPILE_S.setdefault(key, (clock.seconds, clock.loaded > 0))
-                                 if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (float("inf"), False)))
+                                 if clock.seconds > 0 else _SCORER_COMPILE_S.get(key, (UNKNOWN_SCORER_COMPILE_S, False)))
     # the relaxed step's compile (when it is not compiled in this process), estimated from the scorer's
     kind, step_key, step_name = _step_names(restarts, system, model)
     compile_cost = RELAXED_COMPILE[kind] * eval_compile
@@ -476,6 +481,7 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # step compiling beside the descent: the start refined to 14.82 ms instead of 14.21, 11.98 at the end
     # instead of 11.91)
     compiling = _STEP_COMPILING.get(step_key)          # compiling already (co-design's warm-up: _compile_step_ahead)
+    after = None
     if (compiling is None or not compiling.is_alive()) and not gs.is_compiled(restarts, system, model) and \
             kind == "quick" and ls.exhaustive and \
             (unbounded or compile_cost <= BACKGROUND_SHARE * (deadline - time.time())):
@@ -484,7 +490,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         # a step to load, not compile (about 0.7 s on a core the scorer would use), waits for the start's
         # descent to better its start first: MLPerf / h100-64, new processes, 4.5-s budget, TorchRec's
         # quality (2.719 ms) held at a median of 0.46 s with the load beside the first round, 0.37 s alone
-        after = (len(ls.progress), time.time() + LOAD_WAIT * (deadline - time.time())) if loading else None
+        descended = threading.Event()      # set once the start's descent is over: the load waits no longer
+        after = (len(ls.progress), time.time() + LOAD_WAIT * (deadline - time.time()), descended) if loading else None
         compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name,
                                                      after=after, progress=ls.progress),
                                "perfmodel-relaxed-step")
@@ -534,6 +541,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
     # this process) or the steps (when it is; a warm search with a small budget has no time for them)
     if compiling is not None:     # it had the descent's time; it may take RELAXED_SHARE of what is left
         # (a descent that stopped on its own gets here early: a compile in flight is waited for, not repeated)
+        if after is not None:
+            after[2].set()
         PHASE["now"] = "relaxed step compiling"
         compiling.join(timeout=max(RELAXED_SHARE * (deadline - time.time()), 0.0))
     # (still compiling: the time left is the kicks'; the step is there for a later search)
@@ -649,15 +658,16 @@ def _compile_step(restarts, system, model, masks, warm, step_name, after=None, p
     """Compile the relaxed step (one step of throw-away restarts): what _gradient's first relaxed
     batch would otherwise compile. Registered in _STEP_COMPILING while it runs (a search waits for
     it rather than compiling its own); only when done is it compiled for gradient.is_compiled; marked
-    kept, as the batch does. after: (n, t) to start only once `progress` (the search's anytime profile)
-    has more than n entries, or at time t."""
+    kept, as the batch does. after: (n, t, event) to start only once `progress` (the search's anytime profile)
+    has more than n entries, at time t, or once `event` is set (the start's descent over: a descent that
+    never betters its start, an unbounded search's, waited for this thread forever)."""
     from . import gradient as gs
 
     key = gs._cache_key(restarts, system, model)
     _STEP_COMPILING[key] = threading.current_thread()
     try:
         if after is not None:        # (entries in `progress`, a time): wait for a new entry, or the time
-            while len(progress) <= after[0] and time.time() < after[1]:
+            while len(progress) <= after[0] and time.time() < after[1] and not after[2].is_set():
                 time.sleep(0.005)
         params, state = gs.prepare(system, model, seed=0, restarts=restarts, warm=warm)
         # made without running a step of throw-away restarts where it can be (cache.make)

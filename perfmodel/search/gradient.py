@@ -83,12 +83,14 @@ def _step_fn(params, state, system, model, masks, tau):
 # vs 2.8 ms). On a large one the run costs about what the compile saves (prod-856 on mtia300-256: 31
 # vs 19 ms a step, 2.8 vs 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
 QUICK_STEP_CELLS = 8 * 65536     # restarts x tables x devices up to which the step compiles quick
-# The optimized step keeps XLA's YNNPACK fusions (cache.compile_options): prod-856 / h100-256, 9.3 ms a
-# step with them, 12.9 without, and 5.7 s to compile instead of 6.3; their kernels, built at the first
-# call (70 ms), do not count beside 150 steps. The quick step runs 5 % slower without them, and its first
-# call takes 5 ms instead of 34 (bench_compile)
+# Both steps keep XLA's YNNPACK fusions (cache.compile_options): the optimized one runs 9.1 ms a step
+# with them on prod-856 / mtia300-256, 13.3 without, and compiles in 6.3 s instead of 6.9; the quick
+# one runs 5 % faster with them. Their kernels, built at the first call (30-70 ms), do not count beside
+# 150 steps (bench_compile). And the relaxed search's numbers stay as they were: without them, Adam's
+# first step moved logits whose gradient is at rounding level the other way (3 % of the largest logit
+# on MLPerf / h100-64)
 _step = jit(_step_fn, export=True, library_fusions=True)   # with the persistent cache on, a new process loads its traced program
-_step_quick = jit(_step_fn, quick=True, export=True)
+_step_quick = jit(_step_fn, quick=True, export=True, library_fusions=True)
 
 
 def step_kind(restarts: int, system: System, model: RankingModel) -> str:
