@@ -30,7 +30,7 @@ from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, plan_arrays, s
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .guard import ShardCosts, load_shard_costs, packed_start
-from .local import LocalSearch, is_exhaustive, load_batch_scorer, score_pairs
+from .local import LocalSearch, is_exhaustive, load_batch_scorer, pick_compound, score_pairs
 from .pack import load_packer, rebalance
 from .relax import NEG, make_masks, round_params
 
@@ -490,8 +490,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         # a step to load, not compile (about 0.7 s on a core the scorer would use), waits for the start's
         # descent to better its start first: MLPerf / h100-64, new processes, 4.5-s budget, TorchRec's
         # quality (2.719 ms) held at a median of 0.46 s with the load beside the first round, 0.37 s alone
-        descended = threading.Event()      # set once the start's descent is over: the load waits no longer
-        after = (len(ls.progress), time.time() + LOAD_WAIT * (deadline - time.time()), descended) if loading else None
+        # (the event: set once the start's descent is over, when the load waits no longer)
+        after = (len(ls.progress), time.time() + LOAD_WAIT * (deadline - time.time()), threading.Event()) \
+            if loading else None
         compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name,
                                                      after=after, progress=ls.progress),
                                "perfmodel-relaxed-step")
@@ -501,10 +502,9 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         (greedy, float(tie), float(greedy_score), "greedy")
     if ls.guard is not None:         # a start within the guard's cap, packed on its costs (guard.packed_start)
         within = packed_start(ls, greedy)
-        within_tie = float(ls.details(within)[0])
+        within_tie, within_step = (float(x) for x in ls.details(within)[::5])
         if within_tie < start_tie:
-            start, start_tie, start_step, name = within, within_tie, float(ls.details(within)[5]), \
-                "packed on the guard's costs"
+            start, start_tie, start_step, name = within, within_tie, within_step, "packed on the guard's costs"
     half = t0 + 0.5 * (deadline - t0)
     # when the relaxed phase cannot fit in what the half leaves (_relaxed_fits; a step compiling in a
     # thread is assumed to), the start's descent has the whole budget: cut at the half, its plan went to
@@ -743,14 +743,8 @@ def _race_compound(ls: LocalSearch, start: Plan, start_step: float, start_tie: f
     is below start_step, else its least tie-broken one when below start_tie (as LocalSearch.run takes
     them), and its step time; (None, inf) when neither is lower."""
     (hard, tie), group = ls.group_moves(start, plan_arrays(start, ls.system, ls.model), hard=True)
-    if not len(tie):
-        return None, float("inf")
-    j, i = int(np.argmin(hard)), int(np.argmin(tie))
-    if hard[j] < start_step * (1 - 1e-9):
-        return group(j), float(hard[j])
-    if tie[i] < start_tie:
-        return group(i), float(hard[i])
-    return None, float("inf")
+    k = pick_compound(hard, tie, start_step * (1 - 1e-9), start_tie)
+    return (group(k), float(hard[k])) if k is not None else (None, float("inf"))
 
 
 def _compound_start(ls: LocalSearch, start: Plan, start_tie: float, name: str) -> tuple[Plan, str]:

@@ -295,13 +295,24 @@ def _pad(x: np.ndarray, size: int) -> np.ndarray:
 
 
 def _host(x, dtype=None) -> np.ndarray:
-    """x as a numpy array of the dtype jax makes of it (64-bit as 32-bit), for a compiled program's
-    argument: a numpy array is passed to it as it is, while jnp.asarray of one compiles a conversion
-    program per shape and dtype in jax 0.10 (cold, 0.6 s of MLPerf / h100-16's warm-up, beside its
-    other compiles; in a new process, loads from the persistent cache)."""
+    """x as a numpy array of the dtype jax makes of it (jax.dtypes.canonicalize_dtype: 64-bit as 32-bit
+    unless x64 is on), for a compiled program's argument: a numpy array is passed to it as it is, while
+    jnp.asarray of one compiles a conversion program per shape and dtype in jax 0.10 (cold, 0.6 s of
+    MLPerf / h100-16's warm-up, beside its other compiles; in a new process, loads from the persistent cache)."""
     x = np.asarray(x, dtype)
-    wide = {np.dtype(np.int64): np.int32, np.dtype(np.float64): np.float32}.get(x.dtype)
-    return x.astype(wide) if wide is not None else x
+    return x.astype(jax.dtypes.canonicalize_dtype(x.dtype), copy=False)
+
+
+def pick_compound(hard: np.ndarray, tie: np.ndarray, step_below: float, tie_below: float) -> int | None:
+    """Which compound move to take, given their hard and tie-broken scores: the one of least step when
+    that is below step_below, whatever its tie-broken score (a whole-plan move trades the step for
+    its resource spread: MLPerf / h100-64, a column-wise split at 1.942 ms, tie-broken 1.99, from a
+    plan at 1.968 both); else the least tie-broken one when below tie_below; else None. LocalSearch.run
+    and the start's race (api._race_compound) take them so."""
+    if not len(tie):
+        return None
+    j, i = int(np.argmin(hard)), int(np.argmin(tie))
+    return j if hard[j] < step_below else i if tie[i] < tie_below else None
 
 
 def _fill(order, on, weight, load) -> np.ndarray:
@@ -920,23 +931,17 @@ class LocalSearch:
                 if sc[j] < best * (1 - 1e-9):
                     best, best_plan = float(sc[j]), settings[j]
             # compound moves, many tables to one sharding type at once: when no single move helps
-            # (every round would cost the plans' construction). The one of least step when that is below the best plan this descent held, whatever its
-            # tie-broken score (a whole-plan move trades the step for its resource spread: MLPerf /
-            # h100-64, a column-wise split at 1.942 ms, tie-broken 1.99, from a plan at 1.968 both);
-            # else the least tie-broken one when lower. The column-wise splits under the other dense
-            # parallelisms (3x the splits: 0.06 s more in a warm 0.2-s MLPerf search's first
-            # call) only when the others fail
+            # (every round would cost the plans' construction). The one of least step when that is
+            # below the best plan this descent held, else the least tie-broken one when lower
+            # (pick_compound). The column-wise splits under the other dense parallelisms (3x the
+            # splits: 0.06 s more in a warm 0.2-s MLPerf search's first call) only when the others fail
             for other_dense in (False, True):
                 if best_plan is not None or time.time() > deadline:
                     break
                 (sc_hard, sc), group = self.group_moves(plan, pa, hard=True, other_dense=other_dense)
-                if not len(sc):
-                    continue
-                j, i = int(np.argmin(sc_hard)), int(np.argmin(sc))
-                if sc_hard[j] < kept_score * (1 - 1e-9):
-                    best, best_plan = float(sc[j]), group(j)
-                elif sc[i] < best * (1 - 1e-9):
-                    best, best_plan = float(sc[i]), group(i)
+                k = pick_compound(sc_hard, sc, kept_score * (1 - 1e-9), best * (1 - 1e-9))
+                if k is not None:
+                    best, best_plan = float(sc[k]), group(k)
             # several improving table moves on disjoint tables and devices at once
             if len(improving) > 1:
                 combo, used_t, used_d = plan, set(), set()
