@@ -152,8 +152,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     dmax = lambda x: reduce_max(x, -1, tau)
 
     prec = jnp.asarray(PRECISION_BYTES)
-    a2a_b = pa.a2a_precision @ prec
-    grad_b = pa.grad_precision @ prec
+    a2a_b = jnp.sum(pa.a2a_precision * prec, axis=-1)
+    grad_b = jnp.sum(pa.grad_precision * prec, axis=-1)
     net = coll.make_net(system, pa.offload)
     algo = pa.algorithm
 

@@ -128,3 +128,16 @@ def test_table_row_wise_reduce_scatter_then_all_to_all(small, mtia64):
     assert float(bd.phase_s["output_dist"][0]) == pytest.approx(t_rs + t_a2a, rel=1e-5)
     moved = np.sum(np.maximum(send, recv), axis=1) + tr * (L - 1) / L
     assert float(bd.comm_bytes["output_dist"]) == pytest.approx(moved.max(), rel=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(26, 16), (300, 64)])
+def test_per_device_sums_over_tables_are_the_matrix_product_on_both_sides_of_the_size_cut(shape):
+    # _over_tables sums small placements without a matrix product (SMALL_PLACEMENT) and takes the
+    # product on large ones: the same P^T W either way (26 x 16 = 416 entries below the cut, 300 x 64 above)
+    from perfmodel.cost.embedding import SMALL_PLACEMENT, _over_tables
+
+    rng = np.random.default_rng(0)
+    P = rng.random(shape).astype(np.float32)
+    W = rng.random((shape[0], 7)).astype(np.float32)
+    assert (shape[0] * shape[1] <= SMALL_PLACEMENT) == (shape == (26, 16))
+    np.testing.assert_allclose(np.asarray(_over_tables(jnp.asarray(P), jnp.asarray(W))), P.T @ W, rtol=2e-6)

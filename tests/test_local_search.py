@@ -3,6 +3,7 @@
 import dataclasses
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -424,3 +425,17 @@ def test_the_warm_ups_compile_the_programs_a_search_then_runs():
     with _CompileClock() as scanning:
         values, obj, feasible, grad = codesign.scan("nic_split", system, model, greedy)
     assert scanning.seconds == 0.0 and np.isfinite(obj).all() and len(values) == 34
+
+
+def test_the_scorers_of_mlperf_have_no_matrix_product():
+    # a matrix product in a scorer makes XLA:CPU call oneDNN, which builds its GEMM kernels at the
+    # program's first call: 25 ms of a new process's first plan (embedding._over_tables, collectives)
+    from perfmodel.plan import plan_arrays, stand_in
+    from perfmodel.search import local
+
+    system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
+    pa = plan_arrays(stand_in(system, model), system, model)
+    batch = jax.tree_util.tree_map(lambda x: np.repeat(np.asarray(x)[None], 4, 0), pa)
+    for text in (local._details.lower(system, model, pa).as_text(),
+                 local._score_batch.lower(system, model, batch, None).as_text()):
+        assert "stablehlo.add" in text and "dot_general" not in text

@@ -171,7 +171,9 @@ def _blend(net: Net, pair):
 #   reduced  the share of S reduced per chip (engines: at their throughput; cores: at HBM speed)
 # The coefficients depend only on the network's shape: numpy, built once per shape (_table). The
 # evaluation (_algorithm_times) combines them with the traced bandwidths and latencies for all
-# algorithms, components and protocols at once in a few array operations. (A Python loop over
+# algorithms, components and protocols at once in a few array operations (products and sums, never
+# einsum or @: a matrix product in the program makes XLA:CPU call oneDNN, which builds its kernels at
+# the program's first call; embedding._over_tables). (A Python loop over
 # levels, algorithms and protocols traced the same formulas as ~2,200 scalar operations per
 # evaluation, 70 % of the step model's program and most of its compile time.)
 
@@ -352,7 +354,7 @@ def _terms(net: Net):
 def _latency(net: Net, H):
     """Latency of static coefficients H [..., 2, F]: sum_f (H0 + H1 / m) a_f."""
     _, feats, per_msg, *_ = _terms(net)
-    return jnp.einsum("...mf,m,f->...", jnp.asarray(H, jnp.float32), per_msg, feats)
+    return jnp.sum(jnp.asarray(H, jnp.float32) * (per_msg[:, None] * feats), axis=(-2, -1))
 
 
 def _per_protocol(net: Net, lat, steps, live):
@@ -360,7 +362,8 @@ def _per_protocol(net: Net, lat, steps, live):
     step (steps [..., 2, KINDS], per step and per step per message in flight) and its base latency
     where `live` (1 for a real transfer, 0 for padding)."""
     _, _, per_msg, step, base, _ = _terms(net)
-    extra = jnp.einsum("...mk,m->...k", jnp.asarray(steps, jnp.float32), per_msg) @ step
+    per_kind = jnp.sum(jnp.asarray(steps, jnp.float32) * per_msg[:, None], axis=-2)      # [..., KINDS]
+    extra = jnp.sum(per_kind[..., None] * step, axis=-2)                                 # [..., P]
     return lat[..., None] + extra + jnp.asarray(live, jnp.float32)[..., None] * base
 
 
@@ -373,7 +376,7 @@ def _coefficients(net: Net, op: str, lo: int, hi: int):
     if key not in memo:
         tab = _table(_shape(net), op, lo, hi)
         inv_bw, *_, eff = _terms(net)
-        slowest = lambda C: hard_max(jnp.einsum("acjk,k->acj", C, inv_bw), -1)
+        slowest = lambda C: hard_max(jnp.sum(C * inv_bw, axis=-1), -1)
         core_lat = _per_protocol(net, _latency(net, tab["core_lat"]), tab["steps"], tab["live"])
         memo[key] = (slowest(tab["eng_bytes"]), _latency(net, tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
                      core_lat, tab["reduced"])
@@ -410,7 +413,7 @@ def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     protocol_times."""
     c = _ring_c(_shape(net), lo, hi, passes, 1.0, False)
     inv_bw = _terms(net)[0]
-    return Parts(_f32(S) * hard_max(jnp.ravel(jnp.asarray(c.core_bytes, jnp.float32) @ inv_bw), 0), _latency(net, c.core_lat),
+    return Parts(_f32(S) * hard_max(jnp.ravel(jnp.sum(jnp.asarray(c.core_bytes, jnp.float32) * inv_bw, axis=-1)), 0), _latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 
@@ -485,7 +488,7 @@ def all_to_all_fixed(net: Net, hier: bool) -> Parts:
     or hierarchical (one aggregated message per remote domain)."""
     c = _a2a_c(_shape(net), hier)
     per_msg = _terms(net)[2]
-    steps = {k: per_msg @ jnp.asarray(c.steps[:, i], jnp.float32) for i, k in enumerate(KINDS) if c.steps[:, i].any()}
+    steps = {k: jnp.sum(per_msg * jnp.asarray(c.steps[:, i], jnp.float32)) for i, k in enumerate(KINDS) if c.steps[:, i].any()}
     return Parts(0.0, _latency(net, c.core_lat), steps)
 
 
@@ -506,7 +509,7 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
 
     def transfer(vol):          # the slowest device's busiest link
-        return temperature_max(hard_max((vol * inv_bw) @ on_link, -1))
+        return temperature_max(hard_max(jnp.sum((vol * inv_bw)[..., None] * on_link, axis=-2), -1))
 
     vol = jnp.maximum(send, recv)                     # [D, K]
     forms = [transfer(vol)]
