@@ -17,8 +17,9 @@ demo: $(STAMP)
 	$(BIN)/perfmodel search --system mtia300-64 --model dlrm-dcnv2-mlperf --budget-s 30 --compare greedy,evolutionary
 	$(BIN)/perfmodel search --system h100-64 --model dlrm-dcnv2-mlperf --budget-s 30 --method greedy
 
+# (a test that runs over 300 s prints every thread's traceback: a hang shows where it waits)
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --durations=15 tests
+	$(BIN)/python -m pytest -n 2 --durations=15 -o faulthandler_timeout=300 tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_evaluate.py
