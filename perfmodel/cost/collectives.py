@@ -413,7 +413,8 @@ def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     protocol_times."""
     c = _ring_c(_shape(net), lo, hi, passes, 1.0, False)
     inv_bw = _terms(net)[0]
-    return Parts(_f32(S) * hard_max(jnp.ravel(jnp.sum(jnp.asarray(c.core_bytes, jnp.float32) * inv_bw, axis=-1)), 0), _latency(net, c.core_lat),
+    per_link = jnp.sum(jnp.asarray(c.core_bytes, jnp.float32) * inv_bw, axis=-1)
+    return Parts(_f32(S) * hard_max(jnp.ravel(per_link), 0), _latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 

@@ -57,8 +57,8 @@ def _over_tables(P, W):
     """P^T W: [T, N] placement shares and [T, J] per-table terms -> [N, J] per device. On small
     placements (SMALL_PLACEMENT) as J multiply-and-sums, so that the program has no matrix product:
     XLA:CPU hands those to oneDNN, which builds its GEMM kernels at a program's first call (25 ms of
-    a new process's first plan on MLPerf / h100-16), and the batch scorer runs as fast or faster
-    (h100-16 2.6 ms a batch of 1,024 plans instead of 3.5; mtia300-64 7.7 against 7.3). Large ones
+    a new process's first plan on MLPerf / h100-16); the batch scorer runs faster on h100-16 (2.6 ms
+    a batch of 1,024 plans instead of 3.5) and about as fast on mtia300-64 (7.7 against 7.3). Large ones
     (prod-856 / h100-256: 856 x 256) as the product, which reads P once, not J times: 200 ms a batch
     of 256 plans instead of 424."""
     if P.shape[0] * P.shape[1] > SMALL_PLACEMENT:
