@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from .cache import jit, traced
 from .cost import collectives as coll
+from .cost.arrays import lead, xp_of
 from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
 from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
@@ -141,8 +142,11 @@ _evaluate_nested = jax.jit(_evaluate, static_argnums=3)
 
 def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:
     """The step's Breakdown, and the embedding costs it was built from (the plan search reads the
-    per-device all-to-all volumes from them)."""
+    per-device all-to-all volumes from them). Traced for one plan (vmap over plans); in numpy, of a
+    batch of discrete plans (PlanArrays with a leading batch axis, as every output then has:
+    cost.arrays; tau must be 0)."""
     chip = system.chip
+    xp = xp_of(pa.shard_type)
     D, L = system.num_chips, system.domain_size
     K = len(system.levels)
     B = model.global_batch
@@ -151,17 +155,17 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     mn = lambda a, c: smin(a, c, tau)
     dmax = lambda x: reduce_max(x, -1, tau)
 
-    prec = jnp.asarray(PRECISION_BYTES)
-    a2a_b = jnp.sum(pa.a2a_precision * prec, axis=-1)
-    grad_b = jnp.sum(pa.grad_precision * prec, axis=-1)
+    prec = np.asarray(PRECISION_BYTES, np.float32)
+    a2a_b = xp.sum(pa.a2a_precision * prec, axis=-1)
+    grad_b = xp.sum(pa.grad_precision * prec, axis=-1)
     net = coll.make_net(system, pa.offload)
     algo = pa.algorithm
 
     # ---------------------------------------------------------------- compute
     fwd, bwd = gemm_times(chip, model, b)
-    bottom = jnp.asarray(model.dense.bottom, jnp.float32) if model.dense.bottom else jnp.zeros_like(fwd)
-    t_bf, t_bb = jnp.sum(fwd * bottom), jnp.sum(bwd * bottom)
-    t_tf, t_tb = jnp.sum(fwd * (1 - bottom)), jnp.sum(bwd * (1 - bottom))
+    bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(np.shape(fwd), np.float32)
+    t_bf, t_bb = (fwd * bottom).sum(), (bwd * bottom).sum()
+    t_tf, t_tb = (fwd * (1 - bottom)).sum(), (bwd * (1 - bottom)).sum()
     emb = embedding_costs(system, model, pa, a2a_b, grad_b)
     e_f, e_b = emb.fwd_s, emb.bwd_s
 
@@ -171,45 +175,46 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     # relaxed one (latency terms fade in with the probability instead of jumping).
     S = pa.shard_type
     def used(s_t):
-        return 1.0 - jnp.prod(1.0 - s_t)
+        return 1.0 - xp.prod(1.0 - s_t, axis=-1)
     def expected(u, timed, *volumes):
-        safe = jnp.maximum(u, 1e-6)
-        return u * timed(*(v / safe for v in volumes))
+        safe = xp.maximum(u, 1e-6)
+        return u * timed(*(v / lead(safe, v) for v in volumes))
     top = K - 1
-    u_in = used(1.0 - S[:, DP])
-    u_a2a = used(S[:, TW] + S[:, CW] + S[:, TWRW] + S[:, RW] * model.tables.sequence)
-    u_rw = used(S[:, RW] * (1.0 - model.tables.sequence))
-    u_tr = used(S[:, TWRW] * (1.0 - model.tables.sequence))
-    u_dp = used(S[:, DP])
-    c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.in_send, emb.in_recv)
-    c_rw = expected(u_rw, lambda x: coll.reduce_scatter(net, x, 0, top, algo[RS]), emb.rw_bytes)
-    c_rw_b = expected(u_rw, lambda x: coll.all_gather(net, x, 0, top, algo[AG]), emb.rw_bytes)
+    u_in = used(1.0 - S[..., DP])
+    u_a2a = used(S[..., TW] + S[..., CW] + S[..., TWRW] + S[..., RW] * model.tables.sequence)
+    u_rw = used(S[..., RW] * (1.0 - model.tables.sequence))
+    u_tr = used(S[..., TWRW] * (1.0 - model.tables.sequence))
+    u_dp = used(S[..., DP])
+    a2a, rs, ag, ar = (algo[..., i, :] for i in (A2A, RS, AG, AR))
+    c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.in_send, emb.in_recv)
+    c_rw = expected(u_rw, lambda x: coll.reduce_scatter(net, x, 0, top, rs), emb.rw_bytes)
+    c_rw_b = expected(u_rw, lambda x: coll.all_gather(net, x, 0, top, ag), emb.rw_bytes)
     # table-row-wise (pooled): the reduce-scatter inside each domain (its slowest device's buffer)
     # before the all-to-all, and in the backward the all-gather after it
     tr_max = dmax(emb.tr_bytes)
-    c_tr = expected(u_tr, lambda x: coll.reduce_scatter(net, x, 0, 0, algo[RS]), tr_max)
-    c_tr_b = expected(u_tr, lambda x: coll.all_gather(net, x, 0, 0, algo[AG]), tr_max)
-    a2a_out = expected(u_a2a, lambda a, c: coll.all_to_all(net, a, c, algo[A2A], dmax), emb.out_send, emb.out_recv)
+    c_tr = expected(u_tr, lambda x: coll.reduce_scatter(net, x, 0, 0, rs), tr_max)
+    c_tr_b = expected(u_tr, lambda x: coll.all_gather(net, x, 0, 0, ag), tr_max)
+    a2a_out = expected(u_a2a, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.out_send, emb.out_recv)
     c_out = a2a_out + c_rw + c_tr
     c_gout = a2a_out + c_rw_b + c_tr_b
 
     P_dense = model.dense.params()
     g_bytes = P_dense * grad_b
     p_bytes = P_dense * model.param_bytes
-    m_rep, m_fsdp, m_hyb = pa.dense_mode[0], pa.dense_mode[1], pa.dense_mode[2]
-    ddp = coll.all_reduce(net, g_bytes, 0, top, algo[AR])
-    fsdp_rs = coll.reduce_scatter(net, g_bytes, 0, top, algo[RS])
-    fsdp_ag = coll.all_gather(net, p_bytes, 0, top, algo[AG])
-    hyb_rs = coll.reduce_scatter(net, g_bytes, 0, 0, algo[RS])
-    hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, algo[AR]) if K > 1 else 0.0
-    hyb_ag = coll.all_gather(net, p_bytes, 0, 0, algo[AG])
+    m_rep, m_fsdp, m_hyb = pa.dense_mode[..., 0], pa.dense_mode[..., 1], pa.dense_mode[..., 2]
+    ddp = coll.all_reduce(net, g_bytes, 0, top, ar)
+    fsdp_rs = coll.reduce_scatter(net, g_bytes, 0, top, rs)
+    fsdp_ag = coll.all_gather(net, p_bytes, 0, top, ag)
+    hyb_rs = coll.reduce_scatter(net, g_bytes, 0, 0, rs)
+    hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, ar) if K > 1 else 0.0
+    hyb_ag = coll.all_gather(net, p_bytes, 0, 0, ag)
     c_sync_dense = m_rep * ddp + m_fsdp * fsdp_rs + m_hyb * (hyb_rs + hyb_ar)
     c_ag = m_fsdp * fsdp_ag + m_hyb * hyb_ag                 # parameter all-gather, forward and backward
-    c_dp = expected(u_dp, lambda x: coll.all_reduce(net, x, 0, top, algo[AR]), emb.dp_grad_bytes)
+    c_dp = expected(u_dp, lambda x: coll.all_reduce(net, x, 0, top, ar), emb.dp_grad_bytes)
     buckets, chunks, p = pa.grad_buckets, pa.overlap_chunks, pa.pipeline
     alpha_max = net.alpha[0]
     for a in net.alpha[1:]:
-        alpha_max = jnp.maximum(alpha_max, a)
+        alpha_max = xp.maximum(alpha_max, a)
     chunk_comm = (chunks - 1.0) * (net.setup_s + alpha_max) * (D > 1)
     c_sync = c_sync_dense + c_dp + (buckets - 1.0) * (net.setup_s + alpha_max) * (D > 1) + c_ag
 
@@ -225,12 +230,14 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     def interfere(comp, comm, nbytes):
         # compute units: lost for the overlap o; HBM: the collective's traffic is charged to the
         # compute it overlaps, at most doubling it (an upper bound that no faster link can raise)
+        comm, f, m = (lead(x, comp) for x in (comm, fc, mult))
         o = mn(comp, comm)
-        return o * fc / (1.0 - fc) + mn(nbytes * mult / hbm_bw, comp) * (comm > 0)
+        return o * f / (1.0 - f) + mn(lead(nbytes, comp) * m / hbm_bw, comp) * (comm > 0)
 
     tr_moved = emb.tr_bytes * (L - 1) / L                  # [D] sent (and received) by the domain reduce-scatter
-    out_bytes = hard_max(jnp.sum(jnp.maximum(emb.out_send, emb.out_recv), axis=1) + tr_moved, 0) + emb.rw_bytes * (D - 1) / D
-    in_bytes = hard_max(jnp.sum(jnp.maximum(emb.in_send, emb.in_recv), axis=1), 0)
+    out_bytes = (hard_max(xp.sum(xp.maximum(emb.out_send, emb.out_recv), axis=-1) + tr_moved, -1)
+                 + emb.rw_bytes * (D - 1) / D)
+    in_bytes = hard_max(xp.sum(xp.maximum(emb.in_send, emb.in_recv), axis=-1), -1)
     sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
     frac_c = 1.0 - 1.0 / chunks
     x_bf = interfere(t_bf, (1.0 - p) * c_in, (1.0 - p) * in_bytes)
@@ -241,45 +248,46 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     x_ef = interfere(e_f, m_fsdp * c_ag / 2.0, 0.0)
 
     # ---------------------------------------------------------------- schedule
-    zero = jnp.zeros((D,))
+    zero = xp.zeros(np.shape(pa.offload) + (D,), np.float32)
+    dv = lambda x: lead(x, zero)          # a per-plan value against per-device ones (numpy: [N] -> [N, 1])
     in_end = (1.0 - p) * c_in
-    bf_end = zero + t_bf + x_bf
+    bf_end = zero + t_bf + dv(x_bf)
     ag_end = in_end + c_ag / 2.0
-    ef_start = mx(bf_end, in_end)
+    ef_start = mx(bf_end, dv(in_end))
     ef_end = ef_start + e_f + x_ef
     out_start = dmax(ef_end)
     c_out_eff = c_out + chunk_comm
     tf_span = mx(c_out_eff + (t_tf + x_tf) / chunks, c_out_eff / chunks + t_tf + x_tf)
-    tf_end = mx(out_start + tf_span, ag_end + t_tf + x_tf) + zero
-    tf_start = tf_end - t_tf - x_tf
-    tb_end = tf_end + t_tb + x_tb + x_prev
+    tf_end = dv(mx(out_start + tf_span, ag_end + t_tf + x_tf)) + zero
+    tf_start = tf_end - t_tf - dv(x_tf)
+    tb_end = tf_end + t_tb + dv(x_tb) + dv(x_prev)
     g_start = dmax(tf_end)
     c_gout_eff = c_gout + chunk_comm
     g_end = g_start + mx((t_tb + x_tb) + c_gout_eff / chunks, (t_tb + x_tb) / chunks + c_gout_eff)
-    bb_end = tb_end + t_bb + x_bb
-    eb_start = mx(bb_end, g_end)
+    bb_end = tb_end + t_bb + dv(x_bb)
+    eb_start = mx(bb_end, dv(g_end))
     eb_end = eb_start + e_b
     T_bwd = t_tb + t_bb
-    sync_end = dmax(mx(mx(tf_end + T_bwd / buckets + c_sync + c_gout_eff, bb_end + c_sync / buckets),
-                       g_end + c_sync / buckets))
-    opt_start = mx(eb_end, sync_end)
-    opt_end = opt_start + t_opt
+    sync_end = dmax(mx(mx(tf_end + dv(T_bwd / buckets) + dv(c_sync) + dv(c_gout_eff), bb_end + dv(c_sync / buckets)),
+                       dv(g_end + c_sync / buckets)))
+    opt_start = mx(eb_end, dv(sync_end))
+    opt_end = opt_start + dv(t_opt)
 
-    extra = x_bf + x_prev + x_tf + x_tb + x_bb + x_ef
-    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + t_opt
+    extra = dv(x_bf + x_prev + x_tf + x_tb + x_bb) + x_ef
+    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + dv(t_opt)
     compute = compute_plain + extra
     comm_busy = c_in + c_out_eff + c_gout_eff + c_sync          # c_sync holds the parameter all-gathers
     step = mx(mx(dmax(opt_end), comm_busy), dmax(compute))
 
     # ---------------------------------------------------------------- memory
-    dense_mem = dense_state_bytes(model, shard) + zero
+    dense_mem = dv(dense_state_bytes(model, shard)) + zero
     act = activation_bytes(model, b, emb.pooled_bytes) + zero
-    buffers = (jnp.sum(emb.out_send + emb.out_recv, axis=1) + 2.0 * tr_moved + jnp.sum(emb.in_send + emb.in_recv, axis=1)
-               + (B * emb.rw_bytes / B) * 2.0 + g_bytes / buckets)
+    buffers = (xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr_moved + xp.sum(emb.in_send + emb.in_recv, axis=-1)
+               + dv((B * emb.rw_bytes / B) * 2.0) + dv(g_bytes / buckets))
     parts = {"embeddings": emb.hbm_bytes, "dense": dense_mem, "activations": act, "buffers": buffers}
     mem = emb.hbm_bytes + dense_mem + act + buffers
     cap = capacity_bytes(system)
-    feasible = jnp.all(mem <= cap) & jnp.all(emb.host_bytes <= chip.host_dram_bytes)
+    feasible = xp.all(mem <= cap, axis=-1) & xp.all(emb.host_bytes <= chip.host_dram_bytes, axis=-1)
 
     # ---------------------------------------------------------------- figures
     peak = peak_flops(chip, model.dense_dtype)
@@ -288,20 +296,20 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
     joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)
 
-    phase = {"input_dist": zero + c_in, "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + c_out,
-             "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + c_gout,
-             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + c_sync, "optimizer": zero + t_opt}
-    start = {"input_dist": zero, "bottom_fwd": zero, "emb_fwd": ef_start, "output_dist": zero + out_start,
-             "top_fwd": tf_start, "top_bwd": tf_end, "grad_dist": zero + g_start, "bottom_bwd": tb_end,
+    phase = {"input_dist": zero + dv(c_in), "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + dv(c_out),
+             "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + dv(c_gout),
+             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + dv(c_sync), "optimizer": zero + dv(t_opt)}
+    start = {"input_dist": zero, "bottom_fwd": zero, "emb_fwd": ef_start, "output_dist": zero + dv(out_start),
+             "top_fwd": tf_start, "top_bwd": tf_end, "grad_dist": zero + dv(g_start), "bottom_bwd": tb_end,
              "emb_bwd": eb_start, "dense_sync": tf_end, "optimizer": opt_start}
-    end = {"input_dist": zero + in_end, "bottom_fwd": bf_end, "emb_fwd": ef_end,
-           "output_dist": zero + out_start + c_out_eff, "top_fwd": tf_end, "top_bwd": tb_end,
-           "grad_dist": zero + g_end, "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + sync_end,
+    end = {"input_dist": zero + dv(in_end), "bottom_fwd": bf_end, "emb_fwd": ef_end,
+           "output_dist": zero + dv(out_start) + dv(c_out_eff), "top_fwd": tf_end, "top_bwd": tb_end,
+           "grad_dist": zero + dv(g_end), "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + dv(sync_end),
            "optimizer": opt_end}
     comm_bytes = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
     bd = Breakdown(
         step_s=step, samples_per_s=B / step, phase_s=phase, start_s=start, end_s=end, compute_s=compute,
-        comm_s=comm_busy, exposed_comm_s=jnp.maximum(step - dmax(compute), 0.0), interference_s=extra,
+        comm_s=comm_busy, exposed_comm_s=xp.maximum(step - dmax(compute), 0.0), interference_s=extra,
         slowdown=compute / compute_plain, mfu=mfu, memory_bytes=mem, memory_parts=parts, capacity_bytes=cap,
         host_memory_bytes=emb.host_bytes, feasible=feasible, usd_per_million_samples=usd,
         joules_per_sample=joules, comm_bytes=comm_bytes, num_chips=D,

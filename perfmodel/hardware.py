@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .config import ConfigError, Num, Section, preset_names, preset_path, read_file
 
@@ -144,7 +145,8 @@ def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
     """
     nic, chip = system.nic, system.chip
     total = nic.active_ports * nic.port_Bps
-    cap = 1.0 + nic.pcie * (jnp.minimum(1.0, nic.pcie_Bps / total) - 1.0)
+    xp = jnp if isinstance(total, jax.Array) else np          # numpy arrays: cost.arrays
+    cap = 1.0 + nic.pcie * (xp.minimum(1.0, nic.pcie_Bps / total) - 1.0)
     if nic.serves_scale_up:
         return nic.scale_up_fraction * total * cap, (1.0 - nic.scale_up_fraction) * total * cap
     return chip.scale_up_Bps, total * cap

@@ -69,7 +69,7 @@ class Dense:
     layer: tuple[str, ...] = static(default=())       # layer name of each GEMM
 
     def params(self) -> jax.Array:
-        return jnp.sum(self.weighted * self.n * self.k + self.bias)
+        return (self.weighted * self.n * self.k + self.bias).sum()      # (numpy or jax arrays alike)
 
     def flops_per_sample(self) -> jax.Array:
         """Forward FLOPs per sample, per GEMM: 2 m n k."""

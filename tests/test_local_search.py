@@ -9,7 +9,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.plan import CW, TablePlan, to_arrays
-from perfmodel.search.local import TIE, TIE_TAU, LocalSearch, score_plans
+from perfmodel.search.local import TIE, TIE_TAU, LocalSearch, make_batch_scorer, score_plans
 from perfmodel.search.pack import rebalance
 from perfmodel.search.relax import make_masks
 from perfmodel.workload import parse_model
@@ -382,7 +382,7 @@ def test_a_small_instance_races_the_compound_move_of_least_step(twins, hard, tie
 
 
 def test_the_warm_ups_compile_the_programs_a_search_then_runs():
-    """LocalSearch.warm_up (run in a thread while the greedy start compiles the batch scorer) must
+    """LocalSearch.warm_up (run in a thread while another makes the batch scorer) must
     compile exactly the programs a descent's first round calls, with the same shapes and dtypes: a
     round after it compiles nothing. Likewise codesign._warm_scan for the knob scan. A problem shape
     of its own (five tables on two chips), so no other test has compiled these programs."""
@@ -401,7 +401,8 @@ def test_the_warm_ups_compile_the_programs_a_search_then_runs():
     }
     system, model = pm.load_system("mtia300-2"), parse_model(data, "five tables")
     ls = LocalSearch(system, model, make_masks(system, model))
-    greedy = pm.greedy_plan(system, model)           # compiles the batch scorer
+    greedy = pm.greedy_plan(system, model)           # scored in numpy (local.eager): compiles nothing
+    make_batch_scorer(system, model)                 # as a search makes it, in a thread beside the warm-up
     with _CompileClock() as warming:
         ls.warm_up()
     assert warming.seconds > 0

@@ -1,4 +1,5 @@
-"""The cost model: pure jnp functions of (System, RankingModel, PlanArrays) pieces.
+"""The cost model: pure array functions of (System, RankingModel, PlanArrays) pieces, traced by jax
+(jit, vmap, grad) or run on numpy arrays for a batch of plans with nothing to compile (arrays.py).
 
 compute      roofline times of dense GEMMs and embedding lookups/updates
 collectives  all-to-all, all-reduce, reduce-scatter, all-gather per algorithm over network levels

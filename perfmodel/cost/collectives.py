@@ -62,6 +62,7 @@ import numpy as np
 
 from ..cache import traced
 from ..hardware import System, level_latency_s, link_bandwidths, link_efficiencies
+from .arrays import add_at, lead, xp_of
 from .smooth import hard_max, hard_min
 
 RING, DIRECT, TREE, HIER = range(4)
@@ -155,7 +156,8 @@ def protocol_times(net: Net, p: Parts) -> list:
 
 def _blend(net: Net, pair):
     eng, core = pair
-    return net.offload * eng + (1.0 - net.offload) * core
+    o = lead(net.offload, eng)
+    return o * eng + (1.0 - o) * core
 
 
 # ------------------------------------------------------------------------------------ the algorithms
@@ -317,14 +319,14 @@ def _shape(net: Net):
 
 
 def _f32(x):
-    return jnp.asarray(x, jnp.float32)
+    return xp_of(x).asarray(x, np.float32)
 
 
 def _memo(net: Net) -> dict:
     """Where the terms of a Net made inside a trace (evaluate's) are kept for its other collectives;
     a Net of concrete values gets a fresh dict each time (terms computed under some later trace
-    must not outlive it)."""
-    if traced((net.alpha, net.bw, net.msgs)):
+    must not outlive it), but for numpy's, made for one evaluation of a batch of plans."""
+    if traced((net.alpha, net.bw, net.msgs)) or isinstance(net.msgs, np.ndarray):
         return net.__dict__.setdefault("_memo", {})
     return {}
 
@@ -332,29 +334,42 @@ def _memo(net: Net) -> dict:
 def _terms(net: Net):
     """The traced network terms every collective of `net` uses, computed once per Net: inverse
     bandwidth per level [K], alpha features [F], (1, 1/m), each link kind's extra latency per step
-    under each protocol [KINDS, P], the protocols' base latency and data share [P]."""
+    under each protocol [KINDS, P], the protocols' base latency and data share [P]. In numpy (a
+    batch of plans: cost.arrays) (1, 1/m) is [N, 2], the rest the same."""
     memo = _memo(net)
     if "terms" not in memo:
+        xp = xp_of(net.msgs, *net.alpha, *net.bw)
         K = len(net.fanout)
         alpha = [_f32(a) for a in net.alpha]
         feats = list(alpha)
         for i, j in _spans(K):
             top = alpha[i]
             for l in range(i + 1, j + 1):
-                top = jnp.maximum(top, alpha[l])
+                top = xp.maximum(top, alpha[l])
             feats.append(top)
+        inv_m = 1.0 / _f32(net.msgs)
         memo["terms"] = (
-            1.0 / jnp.stack([_f32(b) for b in net.bw]), jnp.stack(feats),
-            jnp.stack([jnp.ones(()), 1.0 / _f32(net.msgs)]),
-            jnp.stack([jnp.stack([_f32(x) for x in net.proto_step[k]]) for k in KINDS]),
-            jnp.stack([_f32(b) for b in net.proto_base]), jnp.stack([_f32(e) for e in net.proto_eff]))
+            1.0 / xp.stack([_f32(b) for b in net.bw]), xp.stack(feats),
+            xp.stack([xp.ones_like(inv_m) if np.ndim(inv_m) else xp.ones(()), inv_m], axis=-1),
+            xp.stack([xp.stack([_f32(x) for x in net.proto_step[k]]) for k in KINDS]),
+            xp.stack([_f32(b) for b in net.proto_base]), xp.stack([_f32(e) for e in net.proto_eff]))
     return memo["terms"]
+
+
+def _against(per_plan, static, own: int):
+    """A per-plan array ([..., *own axes]) against static coefficients with more leading axes: in
+    numpy (a batch [N, ...]) singleton axes inserted after the batch axis; as it is otherwise."""
+    if not isinstance(per_plan, np.ndarray) or per_plan.ndim == own:
+        return per_plan
+    extra = np.ndim(static) - own
+    return per_plan.reshape(per_plan.shape[:per_plan.ndim - own] + (1,) * extra + per_plan.shape[per_plan.ndim - own:])
 
 
 def _latency(net: Net, H):
     """Latency of static coefficients H [..., 2, F]: sum_f (H0 + H1 / m) a_f."""
     _, feats, per_msg, *_ = _terms(net)
-    return jnp.sum(jnp.asarray(H, jnp.float32) * (per_msg[:, None] * feats), axis=(-2, -1))
+    H = np.asarray(H, np.float32)
+    return xp_of(per_msg, feats).sum(H * _against(per_msg[..., :, None] * feats, H, 2), axis=(-2, -1))
 
 
 def _per_protocol(net: Net, lat, steps, live):
@@ -362,9 +377,11 @@ def _per_protocol(net: Net, lat, steps, live):
     step (steps [..., 2, KINDS], per step and per step per message in flight) and its base latency
     where `live` (1 for a real transfer, 0 for padding)."""
     _, _, per_msg, step, base, _ = _terms(net)
-    per_kind = jnp.sum(jnp.asarray(steps, jnp.float32) * per_msg[:, None], axis=-2)      # [..., KINDS]
-    extra = jnp.sum(per_kind[..., None] * step, axis=-2)                                 # [..., P]
-    return lat[..., None] + extra + jnp.asarray(live, jnp.float32)[..., None] * base
+    xp = xp_of(per_msg, step, lat)
+    steps = np.asarray(steps, np.float32)
+    per_kind = xp.sum(steps * _against(per_msg[..., :, None], steps, 2), axis=-2)       # [..., KINDS]
+    extra = xp.sum(per_kind[..., None] * step, axis=-2)                                 # [..., P]
+    return lat[..., None] + extra + np.asarray(live, np.float32)[..., None] * base
 
 
 def _coefficients(net: Net, op: str, lo: int, hi: int):
@@ -376,7 +393,7 @@ def _coefficients(net: Net, op: str, lo: int, hi: int):
     if key not in memo:
         tab = _table(_shape(net), op, lo, hi)
         inv_bw, *_, eff = _terms(net)
-        slowest = lambda C: hard_max(jnp.sum(C * inv_bw, axis=-1), -1)
+        slowest = lambda C: hard_max(xp_of(inv_bw).sum(C * inv_bw, axis=-1), -1)
         core_lat = _per_protocol(net, _latency(net, tab["core_lat"]), tab["steps"], tab["live"])
         memo[key] = (slowest(tab["eng_bytes"]), _latency(net, tab["eng_lat"]), slowest(tab["core_bytes"])[..., None] / eff,
                      core_lat, tab["reduced"])
@@ -387,25 +404,28 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     """(engines, cores), each [..., ALGORITHMS]: every algorithm's time for S bytes per chip
     (S of any shape); the cores take each component's fastest protocol, an exact min."""
     S = _f32(S)
+    xp = xp_of(S, net.msgs, net.engine_Bps)
+    if xp is np:                     # a batch of plans: S per plan, [N] (cost.arrays)
+        S = np.broadcast_to(S, np.shape(net.msgs))
     if _table(_shape(net), op, lo, hi) is None:
-        z = jnp.zeros(S.shape + (4,))
+        z = xp.zeros(S.shape + (4,), np.float32)
         return z, z
     eng_b, eng_l, core_b, core_l, reduced = _coefficients(net, op, lo, hi)
     s = S[..., None, None]                                  # against [A, C]
-    eng = jnp.maximum(eng_l + s * eng_b, s * reduced / jnp.maximum(net.engine_Bps, 1.0))
+    eng = xp.maximum(eng_l + s * eng_b, s * reduced / xp.maximum(net.engine_Bps, 1.0))
     core = hard_min(core_l + s[..., None] * core_b, -1)
-    core = jnp.maximum(core, s * reduced * 3.0 / net.hbm_Bps)         # read two operands, write one
-    eng, core = jnp.sum(eng, axis=-1), jnp.sum(core, axis=-1)
+    core = xp.maximum(core, s * reduced * 3.0 / net.hbm_Bps)         # read two operands, write one
+    eng, core = xp.sum(eng, axis=-1), xp.sum(core, axis=-1)
     if op == "all_reduce" and has_nvls(net, lo, hi):
-        core = jnp.concatenate([core[..., :DIRECT], jnp.minimum(core[..., DIRECT:DIRECT + 1], _nvls(net, S)[..., None]),
-                                core[..., DIRECT + 1:]], axis=-1)
+        core = xp.concatenate([core[..., :DIRECT], xp.minimum(core[..., DIRECT:DIRECT + 1], _nvls(net, S)[..., None]),
+                               core[..., DIRECT + 1:]], axis=-1)
     return eng, core
 
 
 def _collective(net: Net, op: str, S, lo: int, hi: int, probs):
     """The algorithms' times weighted by `probs` (one-hot, or relaxed), plus the fixed setup."""
     eng, core = _algorithm_times(net, op, S, lo, hi)
-    return jnp.sum(_blend(net, (eng, core)) * probs, axis=-1) + net.setup_s * _nonempty(net, lo, hi)
+    return xp_of(eng, probs).sum(_blend(net, (eng, core)) * probs, axis=-1) + net.setup_s * _nonempty(net, lo, hi)
 
 
 def _ring(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
@@ -504,22 +524,24 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     Core-driven: with the fastest protocol, as every collective (module docstring).
     """
     K = len(net.fanout)
+    xp = xp_of(send, recv, net.msgs)
     if net.size[-1] == 1:
-        return jnp.zeros(())
+        return xp.zeros(np.shape(probs)[:-1], np.float32)
     inv_bw, *_, eff = _terms(net)
     on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
 
     def transfer(vol):          # the slowest device's busiest link
-        return temperature_max(hard_max(jnp.sum((vol * inv_bw)[..., None] * on_link, axis=-2), -1))
+        return temperature_max(hard_max(xp.sum((vol * inv_bw)[..., None] * on_link, axis=-2), -1))
 
-    vol = jnp.maximum(send, recv)                     # [D, K]
+    vol = xp.maximum(send, recv)                      # [D, K]
     forms = [transfer(vol)]
     if K > 1:
-        forms.append(transfer(vol.at[:, 0].add(jnp.sum(vol[:, 1:], axis=1))))
+        forms.append(transfer(add_at(vol, (0,), xp.sum(vol[..., 1:], axis=-1))))
     fixed = [_a2a_c(_shape(net), hier) for hier in (False, True)[:len(forms)]]
-    t = jnp.stack(forms)
+    t = xp.stack(forms, axis=-1)
     lat = _latency(net, np.stack([c.core_lat for c in fixed]))                         # [forms]
     core_lat = _per_protocol(net, lat, np.stack([c.steps for c in fixed]), np.ones(len(fixed)))
-    timed = _blend(net, (t + lat, hard_min(core_lat + t[:, None] / eff, -1)))
-    direct, hier = timed[0], timed[-1]
-    return probs[DIRECT] * direct + probs[HIER] * hier + (probs[RING] + probs[TREE]) * direct + net.setup_s
+    timed = _blend(net, (t + lat, hard_min(core_lat + t[..., None] / eff, -1)))
+    direct, hier = timed[..., 0], timed[..., -1]
+    return (probs[..., DIRECT] * direct + probs[..., HIER] * hier + (probs[..., RING] + probs[..., TREE]) * direct
+            + net.setup_s)

@@ -11,10 +11,9 @@ Cache:  traffic over a working set of W bytes, accessed uniformly, hits the last
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from ..hardware import Chip
 from ..workload import RankingModel
+from .arrays import xp_of
 
 
 def peak_flops(chip: Chip, dtype: str):
@@ -37,7 +36,8 @@ def hbm_time(chip: Chip, nbytes):
 def llc_hit(chip: Chip, working_set_bytes):
     """Share of uniform accesses to a working set of W bytes served by the last-level cache:
     h = min(1, C / W) (the cache holds C of the W bytes; every byte is equally likely)."""
-    return jnp.minimum(1.0, chip.llc_bytes / jnp.maximum(working_set_bytes, 1.0))
+    xp = xp_of(chip.llc_bytes, working_set_bytes)
+    return xp.minimum(1.0, chip.llc_bytes / xp.maximum(working_set_bytes, 1.0))
 
 
 def llc_factor(chip: Chip, working_set_bytes):
@@ -46,7 +46,7 @@ def llc_factor(chip: Chip, working_set_bytes):
     slower than the memory behind it, so a bigger cache or faster memory never slows anything)."""
     hbm = chip.hbm_Bps * chip.hbm_eff
     h = llc_hit(chip, working_set_bytes)
-    return h * hbm / jnp.maximum(chip.llc_Bps, hbm) + (1.0 - h)
+    return h * hbm / xp_of(chip.llc_Bps, hbm).maximum(chip.llc_Bps, hbm) + (1.0 - h)
 
 
 def memory_time(chip: Chip, nbytes, working_set_bytes):
@@ -62,13 +62,14 @@ def gemm_times(chip: Chip, model: RankingModel, local_batch):
     dX always). Bytes: inputs, outputs and weights once, plus the elementwise traffic after it.
     """
     d, ab, pb = model.dense, model.activation_bytes, model.param_bytes
+    xp = xp_of(chip.hbm_Bps, d.m, local_batch)
     peak = peak_flops(chip, model.dense_dtype)
     flops = 2.0 * local_batch * d.m * d.n * d.k
     io = local_batch * d.m * (d.n + d.k) * ab + d.weighted * d.n * d.k * pb
     elem = hbm_time(chip, local_batch * d.elementwise * ab)
-    fwd = jnp.maximum(flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, io)) + elem + chip.launch_s
+    fwd = xp.maximum(flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, io)) + elem + chip.launch_s
     bwd_flops = flops * (1.0 + d.weighted)
-    bwd = (jnp.maximum(bwd_flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, 2.0 * io))
+    bwd = (xp.maximum(bwd_flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, 2.0 * io))
            + elem + chip.launch_s * (1.0 + d.weighted))
     return fwd, bwd
 
@@ -76,4 +77,4 @@ def gemm_times(chip: Chip, model: RankingModel, local_batch):
 def dense_flops(model: RankingModel):
     """Training FLOPs per sample of the dense part: forward + backward (dX always, dW if weighted)."""
     f = model.dense.flops_per_sample()
-    return jnp.sum(f * (2.0 + model.dense.weighted))
+    return (f * (2.0 + model.dense.weighted)).sum()

@@ -24,10 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax.numpy as jnp
+import numpy as np
 
 from ..hardware import System, _pytree
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
+from .arrays import add_at, lead, xp_of
 from .compute import gather_efficiency, llc_factor
 
 
@@ -54,22 +56,23 @@ SMALL_PLACEMENT = 4096
 
 
 def _over_tables(P, W):
-    """P^T W: [T, N] placement shares and [T, J] per-table terms -> [N, J] per device. On small
+    """P^T W: [..., T, N] placement shares and [..., T, J] per-table terms -> [..., N, J] per device. On small
     placements (SMALL_PLACEMENT) as J multiply-and-sums, so that the program has no matrix product:
     XLA:CPU hands those to oneDNN, which builds its GEMM kernels at a program's first call (25 ms of
     a new process's first plan on MLPerf / h100-16); the batch scorer runs faster on h100-16 (2.6 ms
     a batch of 1,024 plans instead of 3.5) and about as fast on mtia300-64 (7.7 against 7.3). Large ones
     (prod-856 / h100-256: 856 x 256) as the product, which reads P once, not J times: 200 ms a batch
     of 256 plans instead of 424."""
-    if P.shape[0] * P.shape[1] > SMALL_PLACEMENT:
-        return P.T @ W
-    return jnp.stack([jnp.sum(P * W[:, j, None], axis=0) for j in range(W.shape[1])], axis=1)
+    xp = xp_of(P, W)
+    if P.shape[-2] * P.shape[-1] > SMALL_PLACEMENT:
+        return xp.swapaxes(P, -1, -2) @ W
+    return xp.stack([xp.sum(P * W[..., :, j, None], axis=-2) for j in range(W.shape[-1])], axis=-1)
 
 
 def _domain_sums(x, size: int):
-    """[D] -> [D]: for each device, the sum of x over its domain of `size` devices."""
-    D = x.shape[0]
-    return jnp.repeat(x.reshape(D // size, size).sum(-1), size)
+    """[..., D] -> [..., D]: for each device, the sum of x over its domain of `size` devices."""
+    D = x.shape[-1]
+    return xp_of(x).repeat(x.reshape(x.shape[:-1] + (D // size, size)).sum(-1), size, axis=-1)
 
 
 SORT_POSITION_BYTES = 4.0     # the sort carries (index, position in the batch) pairs: position as int32
@@ -100,11 +103,12 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
               many buckets as it has units (a radix or sample sort, as cub's 256-way digits)
     """
     tb = model.tables
+    xp = xp_of(tb.rows, width, cache_ratio)
     B = model.global_batch
     lookups = B * tb.pooling
     hbm = chip.hbm_Bps * chip.hbm_eff
     hit = cache_ratio ** tb.access_skew
-    unique = tb.rows * (1.0 - jnp.exp(-lookups / tb.rows))
+    unique = tb.rows * (1.0 - xp.exp(-lookups / tb.rows))
     rb = width * tb.bytes_per_element
     srow = width * tb.opt_bytes_per_element + tb.opt_bytes_per_row
     cached = llc_factor(chip, cache_ratio * tb.rows * (rb + srow))   # the table's rows in HBM
@@ -118,8 +122,8 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     bwd_mem = fwd_mem + hit * at(upd, rb + srow) * cached
     bwd_host = fwd_host + (1.0 - hit) * upd / chip.host_link_Bps
     rec = tb.index_bytes + SORT_POSITION_BYTES
-    n = jnp.maximum(lookups, 2.0)
-    passes = jnp.log2(n) / jnp.log2(jnp.maximum(chip.compute_units, 2.0))
+    n = xp.maximum(lookups, 2.0)
+    passes = xp.log2(n) / xp.log2(xp.maximum(chip.compute_units, 2.0))
     sort = at(2.0 * n * passes * rec, rec) * llc_factor(chip, n * rec)
     return fwd_mem, fwd_host, bwd_mem, bwd_host, sort
 
@@ -132,18 +136,22 @@ def table_seconds(chip, model: RankingModel, width, cache_ratio):
 
 
 def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_bytes, grad_bytes) -> EmbeddingCosts:
+    """The embedding costs of one plan (jax) or, in numpy, of a batch of plans (PlanArrays with a
+    leading batch axis; every output then has it too: cost.arrays)."""
     tb, chip = model.tables, system.chip
+    xp = xp_of(pa.shard_type)
     D, L = system.num_chips, system.domain_size
     sizes = [lv.size for lv in system.levels]
     K = len(sizes)
-    first_reached = jnp.asarray([s - p for s, p in zip(sizes, [1] + sizes[:-1])], jnp.float32)  # peers per level
+    first_reached = np.asarray([s - p for s, p in zip(sizes, [1] + sizes[:-1])], np.float32)  # peers per level
     B = model.global_batch
     b = B / D
     S = pa.shard_type
-    s_dp, s_tw, s_cw, s_rw, s_tr = (S[:, i] for i in (DP, TW, CW, RW, TWRW))
+    s_dp, s_tw, s_cw, s_rw, s_tr = (S[..., i] for i in (DP, TW, CW, RW, TWRW))
     s_p = s_tw + s_cw
     k = pa.cw_shards
     c = pa.cache_ratio + s_dp * (1.0 - pa.cache_ratio)   # data-parallel tables stay in HBM
+    over = lambda x: xp.sum(x, axis=-1)                  # a sum over tables: [..., T] -> [...]
 
     wb = tb.bytes_per_element
     row = tb.dim * wb
@@ -156,7 +164,7 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     full = tb.rows * tb.bytes_per_row()
     cw_full = full + tb.rows * tb.opt_bytes_per_row * (k - 1.0)   # row-wise state is per shard
     store_P = s_tw * full + s_cw * cw_full
-    e = out_rows * tb.dim * a2a_bytes                # output bytes per sample per table
+    e = out_rows * tb.dim * lead(a2a_bytes, S[..., 0])   # output bytes per sample per table
     seq = tb.sequence
     e_pool, e_seq = e * (1.0 - seq), e * seq         # pooled sums vs. sequence rows
     g = tb.pooling * tb.index_bytes                  # index bytes per sample per table
@@ -164,7 +172,7 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
 
     # ---- per-device sums as one matrix product per placement kind: [D, F] = P^T [T, F]
     P = pa.placement
-    WP = jnp.stack([
+    WP = xp.stack([
         # a column-wise table's placement row holds 1/k on each of its k devices, and each of
         # them runs one shard's whole lookup (f_cw, b_cw: width dim / k at the full batch): k x
         s_tw * (f_full + out_write) + s_cw * (k * f_cw + out_write),  # 0 forward seconds
@@ -172,63 +180,65 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         store_P * c, store_P * (1.0 - c),                             # 2, 3 HBM / host bytes
         s_p * e,                                                      # 4 output bytes per sample
         per_dest * g,                                                 # 5 index bytes per sample
-    ], axis=1)
+    ], axis=-1)
     VP = _over_tables(P, WP)
-    WQ = jnp.stack([
+    WQ = xp.stack([
         s_tr * (f_full / L + out_write), s_tr * (b_full / L + out_write),
         s_tr * full * c / L, s_tr * full * (1.0 - c) / L,
         s_tr * e_pool, s_tr * e_seq, s_tr * g,
-    ], axis=1)
-    VQ = jnp.repeat(_over_tables(pa.domain_placement, WQ), L, axis=0)   # [D, 7]: the domain's share, per device
-    totQ = jnp.sum(WQ, axis=0)
+    ], axis=-1)
+    VQ = xp.repeat(_over_tables(pa.domain_placement, WQ), L, axis=-2)   # [D, 7]: the domain's share, per device
+    totQ = xp.sum(WQ, axis=-2)
     dp_bwd = 2.0 * tb.rows * tb.bytes_per_row() / hbm  # DP: each device applies the dense update
-    uni_fwd = jnp.sum(s_rw * (f_full / D + out_write) + s_dp * (f_full + out_write) / D)
-    uni_bwd = jnp.sum(s_rw * (b_full / D + out_write) + s_dp * ((b_full + out_write) / D + dp_bwd))
-    fwd = VP[:, 0] + VQ[:, 0] + uni_fwd + chip.launch_s
-    bwd = VP[:, 1] + VQ[:, 1] + uni_bwd + chip.launch_s
-    hbm_bytes = VP[:, 2] + VQ[:, 2] + jnp.sum(s_rw * full * c / D + s_dp * full)
-    host_bytes = VP[:, 3] + VQ[:, 3] + jnp.sum(s_rw * full * (1.0 - c) / D)
+    uni_fwd = over(s_rw * (f_full / D + out_write) + s_dp * (f_full + out_write) / D)
+    uni_bwd = over(s_rw * (b_full / D + out_write) + s_dp * ((b_full + out_write) / D + dp_bwd))
+    per_device = lambda x: lead(x, VP[..., 0])          # a per-plan value against [..., D]
+    fwd = VP[..., 0] + VQ[..., 0] + per_device(uni_fwd) + chip.launch_s
+    bwd = VP[..., 1] + VQ[..., 1] + per_device(uni_bwd) + chip.launch_s
+    hbm_bytes = VP[..., 2] + VQ[..., 2] + per_device(over(s_rw * full * c / D + s_dp * full))
+    host_bytes = VP[..., 3] + VQ[..., 3] + per_device(over(s_rw * full * (1.0 - c) / D))
 
     # ---- output distribution: bytes per device first reaching each level, [D, K]
     # table/column-wise: the holder sends each device its b samples; a device receives from the
     # holders in its level-l domain but not its level-(l-1) domain: domain sums of v = P^T (s e)
-    v = VP[:, 4]
-    out_send = (v * b)[:, None] * first_reached[None, :]
+    v = VP[..., 4]
+    out_send = (v * b)[..., :, None] * first_reached
     recv_cols, prev = [], v
     for l, size in enumerate(sizes):
-        cur = _domain_sums(v, size) if l < K - 1 else jnp.full_like(v, jnp.sum(s_p * e))
+        cur = _domain_sums(v, size) if l < K - 1 else xp.zeros_like(v) + per_device(over(s_p * e))
         recv_cols.append((cur - prev) * b)
         prev = cur
-    out_recv = jnp.stack(recv_cols, axis=1)
+    out_recv = xp.stack(recv_cols, axis=-1)
     # table-row-wise, pooled: a reduce-scatter inside the domain of the partial sums of all B samples
     # (tr_bytes per device, its own collective), then each device's B / L share out of the domain
-    tr_bytes = VQ[:, 4] * B
+    tr_bytes = VQ[..., 4] * B
     remote_frac = first_reached[1:] / max(D - L, 1)
     if K > 1:
-        s_out = VQ[:, 4] * (B / L) * (D - L) / D
-        r_out = (totQ[4] - VQ[:, 4]) * b
-        out_send = out_send.at[:, 1:].add(s_out[:, None] * remote_frac[None, :])
-        out_recv = out_recv.at[:, 1:].add(r_out[:, None] * remote_frac[None, :])
+        s_out = VQ[..., 4] * (B / L) * (D - L) / D
+        r_out = (per_device(totQ[..., 4]) - VQ[..., 4]) * b
+        out_send = add_at(out_send, (slice(1, None),), s_out[..., :, None] * remote_frac)
+        out_recv = add_at(out_recv, (slice(1, None),), r_out[..., :, None] * remote_frac)
     # sequence rows (row-wise and table-row-wise): no partial sums; a holder with share x of the
     # table sends x B pool dim bytes spread over all sample owners
     dest = first_reached / D
-    e_seq_rw = jnp.sum(s_rw * e_seq)
-    seq_send = VQ[:, 5] * B / L + e_seq_rw * B / D
-    out_send = out_send + seq_send[:, None] * dest[None, :]
-    out_recv = out_recv + (e_seq_rw * b * dest)[None, :]
-    out_recv = out_recv.at[:, 0].add(VQ[:, 5] * b * (L - 1) / L)
+    e_seq_rw = over(s_rw * e_seq)
+    seq_send = VQ[..., 5] * B / L + per_device(e_seq_rw * B / D)
+    out_send = out_send + seq_send[..., :, None] * dest
+    out_recv = out_recv + (per_device(e_seq_rw) * b * dest)[..., None, :]
+    out_recv = add_at(out_recv, (0,), VQ[..., 5] * b * (L - 1) / L)
     if K > 1:
-        out_recv = out_recv.at[:, 1:].add(((totQ[5] - VQ[:, 5]) * b)[:, None] * remote_frac[None, :])
-    rw_bytes = B * jnp.sum(s_rw * e_pool)            # pooled row-wise: reduce-scatter buffer per chip
+        out_recv = add_at(out_recv, (slice(1, None),),
+                          ((per_device(totQ[..., 5]) - VQ[..., 5]) * b)[..., :, None] * remote_frac)
+    rw_bytes = B * over(s_rw * e_pool)               # pooled row-wise: reduce-scatter buffer per chip
 
     # ---- input distribution (indices), destinations spread uniformly over the peers
     frac = first_reached / max(D - 1, 1)
-    send_tot = b * jnp.sum((per_dest + s_rw + s_tr) * g) * (D - 1) / D
-    recv_tot = VP[:, 5] * (B - b) + jnp.sum(s_rw * g) * (B - b) / D + VQ[:, 6] * (B - b) / L
-    in_send = jnp.broadcast_to(send_tot, (D,))[:, None] * frac[None, :]
-    in_recv = recv_tot[:, None] * frac[None, :]
+    send_tot = b * over((per_dest + s_rw + s_tr) * g) * (D - 1) / D
+    recv_tot = VP[..., 5] * (B - b) + per_device(over(s_rw * g) * (B - b) / D) + VQ[..., 6] * (B - b) / L
+    in_send = xp.broadcast_to(per_device(send_tot), recv_tot.shape)[..., :, None] * frac
+    in_recv = recv_tot[..., :, None] * frac
 
-    dp_grad = jnp.sum(s_dp * tb.rows * tb.dim) * grad_bytes
-    pooled = jnp.sum(out_rows * tb.dim)
+    dp_grad = over(s_dp * tb.rows * tb.dim) * grad_bytes
+    pooled = xp_of(tb.dim).sum(out_rows * tb.dim)
     return EmbeddingCosts(fwd, bwd, out_send, out_recv, in_send, in_recv, rw_bytes, tr_bytes, dp_grad,
                           hbm_bytes, host_bytes, pooled)

@@ -9,8 +9,6 @@ buffers       the all-to-all send and receive buffers, and one gradient bucket
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from ..hardware import System
 from ..workload import RankingModel
 
@@ -21,7 +19,7 @@ def dense_state_bytes(model: RankingModel, shard):
 
 def activation_bytes(model: RankingModel, local_batch, pooled_per_sample):
     d = model.dense
-    saved = jnp.sum(d.m * d.n + 0.5 * d.elementwise) * model.activation_bytes
+    saved = (d.m * d.n + 0.5 * d.elementwise).sum() * model.activation_bytes
     return local_batch * (saved + pooled_per_sample * 4.0 * 2.0)
 
 

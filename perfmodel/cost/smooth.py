@@ -9,6 +9,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from .arrays import xp_of
 
 
 def _scale(x, temperature):
@@ -17,17 +20,26 @@ def _scale(x, temperature):
 
 def smax(a, b, temperature: float = 0.0):
     if temperature == 0.0:
-        return jnp.maximum(a, b)
+        return xp_of(a, b).maximum(a, b)
     a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
     return reduce_max(jnp.stack([a, b]), 0, temperature)
 
 
 def smin(a, b, temperature: float = 0.0):
+    if temperature == 0.0 and xp_of(a, b) is np:
+        return np.minimum(a, b)
     return -smax(-jnp.asarray(a), -jnp.asarray(b), temperature)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def hard_max(x, axis: int = -1):
+    """jnp.max(x, axis), differentiated through its first maximum (_hard_max); np.max of numpy arrays."""
+    if not isinstance(x, jax.Array):
+        return np.max(x, axis=axis)
+    return _hard_max(x, axis)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _hard_max(x, axis: int = -1):
     """jnp.max(x, axis), differentiated through its first maximum. jnp.max's own derivative shares the
     tangent among tied maxima: it turns the comparison with the maximum into floats, sums them and
     divides by the count. XLA's CPU backend with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS)
@@ -38,7 +50,7 @@ def hard_max(x, axis: int = -1):
     return jnp.max(x, axis=axis)
 
 
-@hard_max.defjvp
+@_hard_max.defjvp
 def _hard_max_jvp(axis, primals, tangents):
     (x,), (t,) = primals, tangents
     first = jnp.expand_dims(jnp.argmax(x, axis=axis), axis)
@@ -61,5 +73,8 @@ def logsumexp(z, axis=-1):
     """log sum exp(z) along `axis`, shifted by the largest term (no overflow). jax.nn.logsumexp
     computes the same but with its handling of infinities and weights traces ~5x the operations (its
     gradient more), which the relaxed step's compile pays at each of the schedule's ~20 maxima."""
-    top = jax.lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
-    return jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(z - top), axis=axis))
+    xp = xp_of(z)
+    top = xp.max(z, axis=axis, keepdims=True)
+    if xp is jnp:
+        top = jax.lax.stop_gradient(top)
+    return xp.squeeze(top, axis) + xp.log(xp.sum(xp.exp(z - top), axis=axis))

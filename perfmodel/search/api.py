@@ -30,7 +30,7 @@ from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, plan_arrays, s
 from ..workload import RankingModel
 from .greedy import greedy_plan
 from .guard import ShardCosts, load_shard_costs, packed_start
-from .local import LocalSearch, is_exhaustive, load_batch_scorer, pick_compound, score_pairs
+from .local import LocalSearch, eager, is_exhaustive, load_batch_scorer, make_batch_scorer, pick_compound, score_pairs
 from .pack import load_packer, rebalance
 from .relax import NEG, make_masks, round_params
 
@@ -353,9 +353,15 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     # warm-up thread loads the rest): MLPerf / h100-16, new processes (bench_coldstart), first plan at
     # 0.24-0.26 s instead of 0.28-0.30, TorchRec's quality at 0.46-0.47 s instead of 0.49-0.50. (First in
     # the warm-up thread instead, before the single-plan scorer and the moves: 0.33 and 0.53 s)
+    # A small instance's start is scored in numpy (local.eager: greedy's settings, its score and its
+    # best compound move) before any program is made; the threads that make them start after it, so that
+    # their tracing does not take the interpreter from it. MLPerf / h100-16, the first search of a process
+    # with no programs: greedy's best compound move (2.665 ms) held at 0.04 s instead of 1.6 s, when the
+    # batch scorer had compiled
+    fast = method == "gradient" and eager(system, model, guard) and is_exhaustive(system, model)
     loading = background(lambda: (load_batch_scorer(system, model), load_packer(system, model)),
-                         "perfmodel-batch-scorer") if method == "gradient" else None
-    warming = None
+                         "perfmodel-batch-scorer") if method == "gradient" and not fast else None
+    warming = early = None
     try:
         masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
         if guard is not None:          # a type the guard has no cost for is never used
@@ -365,14 +371,22 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
                 raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
             masks = dataclasses.replace(masks, types=types)
         ls = LocalSearch(system, model, masks, freeze_settings=freeze_settings, guard=guard)
-        warming = _warm_up(ls) if method == "gradient" else None
+        warming = _warm_up(ls) if method == "gradient" and not fast else None
         greedy = start if start is not None else greedy_plan(system, model)    # raises if nothing fits
+        if fast:
+            early = _early_start(ls, greedy, eager=True)
+            # the packer first: the start's repacking (rebalance) needs it before the batch scorer
+            loading = background(lambda: (load_packer(system, model), make_batch_scorer(system, model)),
+                                 "perfmodel-batch-scorer")
+            warming = _warm_up(ls)
     except BaseException:
         if warming is not None:
             warming.join()
+        if loading is not None:
+            loading.join()
         raise
     finally:
-        if loading is not None:
+        if loading is not None and not fast:
             loading.join()
     settings_of = lambda p: dataclasses.replace(greedy, tables=p.tables) if freeze_settings else p
     notes: dict = {}
@@ -385,10 +399,12 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         try:
             plan, notes, converged = _gradient(system, model, masks, ls, greedy, seed=seed, restarts=restarts,
                                                steps=steps, t0=t0, deadline=deadline, settings_of=settings_of,
-                                               warming=warming)
+                                               warming=warming, early=early, making=loading if fast else None)
         finally:
             if warming is not None:
                 warming.join()
+            if loading is not None:
+                loading.join()
     elif method in SAMPLERS:
         from .baselines import evolutionary_search, random_search
         if method == "random":
@@ -423,7 +439,8 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
                         notes=notes, system=system)
 
 
-def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of, warming=None):
+def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, deadline, settings_of, warming=None,
+              early=None, making=None):
     """Refine the greedy plan (or its multi-resource repacking, pack.py, when that scores better;
     on a large instance, the best compound move of that when it leads: _compound_start) with half
     the budget (all of it when the relaxed phase cannot fit in the other half: _relaxed_fits); on a
@@ -447,16 +464,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
 
     unbounded = deadline - t0 > 1e8                     # budget_s=None
     PHASE["now"] = "start"
-    early = None
-    if ls.exhaustive:
-        # a small instance's greedy start and its best compound move (_race_compound), scored by the
-        # batch scorer alone: held before the single-plan scorer has loaded (new processes, MLPerf /
-        # h100-16: the compound move, 2.665 ms, at 0.18 s instead of 0.20)
-        g_step, g_tie = (float(x[0]) for x in score_pairs(system, model, stack([plan_arrays(greedy, system, model)]),
-                                                            ls.guard))
-        ls.record(g_step)
-        early = _race_compound(ls, greedy, g_step, g_tie)
-        ls.record(early[1])
+    if early is None and ls.exhaustive:
+        early = _early_start(ls, greedy)
     if warming is not None:            # (_WarmUp) its single-plan scorer made and its compile recorded
         warming.scorer.wait()
     with _CompileClock() as clock:
@@ -496,6 +505,8 @@ def _gradient(system, model, masks, ls, greedy, *, seed, restarts, steps, t0, de
         compiling = background(lambda: _compile_step(restarts, system, model, masks, greedy, step_name,
                                                      after=after, progress=ls.progress),
                                "perfmodel-relaxed-step")
+    if making is not None:             # the packer and the batch scorer made (a numpy start: _search)
+        making.join()
     packed = rebalance(system, model, greedy, memory)
     packed_tie, packed_step = (float(x) for x in ls.details(packed)[::5]) if packed is not greedy else (float("inf"),) * 2
     start, start_tie, start_step, name = (packed, packed_tie, packed_step, "repacked") if packed_tie < tie else \
@@ -738,11 +749,25 @@ def _race(ls: LocalSearch, plans: list[Plan], deadline: float, steps: list[float
     return plan, score, cut or not all(r[4] for r in field), origin
 
 
-def _race_compound(ls: LocalSearch, start: Plan, start_step: float, start_tie: float) -> tuple[Plan | None, float]:
+def _early_start(ls: LocalSearch, greedy: Plan, eager: bool = False) -> tuple[Plan | None, float]:
+    """A small instance's greedy start and its best compound move (_race_compound), scored by the
+    batch scorer alone, or in numpy (eager: local.eager), recorded in the search's progress: held
+    before the single-plan scorer is made (MLPerf / h100-16, new processes that load the batch
+    scorer: the compound move, 2.665 ms, at 0.18 s instead of 0.20; in numpy, at 0.04 s)."""
+    pa = stack([plan_arrays(greedy, ls.system, ls.model)])
+    g_step, g_tie = (float(x[0]) for x in score_pairs(ls.system, ls.model, pa, ls.guard, eager))
+    ls.record(g_step)
+    early = _race_compound(ls, greedy, g_step, g_tie, eager)
+    ls.record(early[1])
+    return early
+
+
+def _race_compound(ls: LocalSearch, start: Plan, start_step: float, start_tie: float,
+                   eager: bool = False) -> tuple[Plan | None, float]:
     """A small instance's second basin (_race): `start`'s compound move of least step time when that
     is below start_step, else its least tie-broken one when below start_tie (as LocalSearch.run takes
-    them), and its step time; (None, inf) when neither is lower."""
-    (hard, tie), group = ls.group_moves(start, plan_arrays(start, ls.system, ls.model), hard=True)
+    them), and its step time; (None, inf) when neither is lower. eager: scored in numpy."""
+    (hard, tie), group = ls.group_moves(start, plan_arrays(start, ls.system, ls.model), hard=True, eager=eager)
     k = pick_compound(hard, tie, start_step * (1 - 1e-9), start_tie)
     return (group(k), float(hard[k])) if k is not None else (None, float("inf"))
 

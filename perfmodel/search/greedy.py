@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
 from ..config import ConfigError
+from ..cost.arrays import xp_of
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
@@ -38,24 +37,33 @@ MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (T
 HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
 
 
-@jit(export=True)     # a new process with the persistent cache loads it: tracing it took 0.04 s (cache.Exported)
-def _inputs(system: System, model: RankingModel, shards):
-    """What the greedy planner needs from the cost model, in one compiled program (called op by op,
-    the same functions compiled some thirty one-op programs: about 0.8 s of a cold search):
-    every table's (forward, backward) seconds at row width dim / c for c = 1..C (shards: [C, T] of c),
-    the link bandwidths, the capacity, the activation bytes, and the dense state per shard count."""
+def _inputs_of(system: System, model: RankingModel, shards):
+    """What the greedy planner needs from the cost model: every table's (forward, backward) seconds at
+    row width dim / c for c = 1..C (shards: [C, T] of c), the link bandwidths, the capacity, the
+    activation bytes, and the dense state per shard count. In numpy (numpy system and model:
+    cost.arrays) or traced (_inputs)."""
     tb = model.tables
-    one = jnp.ones(tb.count, jnp.float32)
-    f, b = jax.vmap(lambda c: table_seconds(system.chip, model, tb.dim / c, one))(shards)
+    xp = xp_of(tb.dim)
+    f, b = table_seconds(system.chip, model, tb.dim / shards, np.ones(tb.count, np.float32))
     up, out = link_bandwidths(system)
     D, L = system.num_chips, system.domain_size
-    pooled = jnp.sum(tb.output_per_sample() * tb.dim)
+    pooled = xp.sum(tb.output_per_sample() * tb.dim)
     return dict(f=f, b=b, up=up, out=out, cap=capacity_bytes(system), out_rows=tb.output_per_sample(),
                 row_bytes=tb.bytes_per_row(), act=activation_bytes(model, model.global_batch / D, pooled),
-                dense=jnp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(L), float(D))]))
+                dense=xp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(L), float(D))]))
+
+
+# in one compiled program where greedy's settings are not scored in numpy (local.eager; called op by op,
+# the same functions compiled some thirty one-op programs: about 0.8 s of a cold search); a new process
+# with the persistent cache loads it: tracing it took 0.04 s (cache.Exported)
+_inputs = jit(_inputs_of, export=True)
 
 
 def greedy_plan(system: System, model: RankingModel) -> Plan:
+    """TorchRec-style greedy planning (module docstring). On a small instance (local.eager) its inputs
+    and its settings are computed in numpy, with no program to compile."""
+    from .local import as_numpy, eager
+    fast = eager(system, model)
     tb = model.tables
     D, L = system.num_chips, system.domain_size
     T = tb.count
@@ -63,8 +71,9 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     rows = np.asarray(tb.rows, np.float64)
     dim = np.asarray(tb.dim, np.float64)
     widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
+    shards = np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)
     q = {k: np.asarray(v, np.float64) for k, v in
-         _inputs(system, model, np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)).items()}
+         (_inputs_of(as_numpy(system), as_numpy(model), shards) if fast else _inputs(system, model, shards)).items()}
     out_rows = q["out_rows"]
     size = rows * q["row_bytes"]
     f, bw = q["f"][0], q["b"][0]
@@ -171,13 +180,14 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
 
     base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
                 offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
-    return _best_settings(system, model, base)
+    return _best_settings(system, model, base, fast)
 
 
-def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
+def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False) -> Plan:
     """Keep the table placement; choose dense parallelism, collective algorithms, gradient buckets
     and overlap chunks by evaluating every combination in one vmapped call (fastest feasible wins,
-    first in enumeration order on ties, so the choice is deterministic)."""
+    first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy
+    (local.score_pairs)."""
     candidates = []
     for dense, ar, a2a, buckets, chunks in itertools.product(
             DENSE_MODES, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
@@ -185,7 +195,8 @@ def _best_settings(system: System, model: RankingModel, base: Plan) -> Plan:
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
     from .local import INFEASIBLE, score_settings
-    scores = score_settings(system, model, candidates, plan_arrays(base, system, model))   # the same tables in all
+    # the same tables in all
+    scores = score_settings(system, model, candidates, plan_arrays(base, system, model), eager=eager)
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
 

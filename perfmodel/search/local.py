@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit, make
+from ..cost.arrays import xp_of
 from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
@@ -63,9 +64,10 @@ def note_progress(progress: list, score: float) -> None:
 def score_of(bd, over_guard=None) -> jax.Array:
     """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity
     + over_guard: how far over a guard's cap, guard.ShardCosts.over)."""
-    over = jnp.sum(jnp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0)) / bd.capacity_bytes
+    xp = xp_of(bd.memory_bytes)
+    over = xp.sum(xp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0), axis=-1) / bd.capacity_bytes
     if over_guard is None:
-        return jnp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
+        return xp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
     return jnp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
 
 
@@ -73,8 +75,10 @@ def _loads(bd, emb) -> jax.Array:
     """[R, D] per device, every resource whose max over devices can bind the step: compute busy,
     the bytes sent and received by the index and output all-to-alls at each network level, and the
     table-row-wise reduce-scatter's buffer (from the evaluation's own embedding costs)."""
-    return jnp.concatenate([bd.compute_s[None], emb.out_send.T, emb.out_recv.T, emb.in_send.T, emb.in_recv.T,
-                            emb.tr_bytes[None]])
+    xp = xp_of(bd.compute_s)
+    return xp.concatenate([bd.compute_s[..., None, :], *(xp.swapaxes(x, -1, -2) for x in
+                                                          (emb.out_send, emb.out_recv, emb.in_send, emb.in_recv)),
+                           emb.tr_bytes[..., None, :]], axis=-2)
 
 
 def _scores(system, model, pa, guard=None):
@@ -91,9 +95,10 @@ def _scores(system, model, pa, guard=None):
     if guard is not None:
         per_device = guard.loads(pa, system.domain_size)
         loads, over_guard = jnp.concatenate([loads, per_device[None]]), guard.over(per_device)
-    mean = jnp.mean(loads, axis=1, keepdims=True)
-    norm = loads / jnp.maximum(mean, 1e-30)
-    spread = jnp.sum(jnp.where(mean[:, 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=1), 0.0))
+    xp = xp_of(loads)
+    mean = xp.mean(loads, axis=-1, keepdims=True)
+    norm = loads / xp.maximum(mean, 1e-30)
+    spread = xp.sum(xp.where(mean[..., 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=-1), 0.0), axis=-1)
     score = score_of(bd, over_guard)
     return score, score * (1.0 + TIE * spread), bd, loads
 
@@ -117,21 +122,52 @@ def load_batch_scorer(system: System, model: RankingModel) -> bool:
     return _score_batch.ready(system, model, jax.tree_util.tree_map(spec((size,)), pa), None, kept_only=True)
 
 
+def make_batch_scorer(system: System, model: RankingModel) -> None:
+    """Make the batch scorer's program for this problem (no guard, a batch of batch_size plans):
+    loaded or traced and compiled (cache.make; with the persistent cache off, by a call on a batch of
+    stand-in plans). A search whose start is scored in numpy (eager) does this in a thread."""
+    pa, size = plan_arrays(stand_in(system, model), system, model), batch_size(system, model)
+    make(_score_batch, system, model, jax.tree_util.tree_map(lambda x: np.repeat(np.asarray(x)[None], size, 0), pa),
+         None)
+
+
 def batch_size(system: System, model: RankingModel) -> int:
     """Plans per scoring call: about 256 MB of placement arrays, a power of two in [16, 1024]."""
     n = 64e6 / max(model.tables.count * system.num_chips, 1)
     return int(np.clip(2 ** int(np.floor(np.log2(max(n, 1)))), 16, 1024))
 
 
-def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None) -> np.ndarray:
+def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None,
+                eager: bool = False) -> np.ndarray:
     """Hard scores of a batch of plans, in chunks padded to one fixed size (one compile per problem);
     tie=True: the tie-broken scores (_scores). Both come from the same compiled function. guard: a
-    guard.ShardCosts the plans must keep within its cap (another compiled function)."""
-    return score_pairs(system, model, batch, guard)[int(tie)]
+    guard.ShardCosts the plans must keep within its cap (another compiled function). eager: in numpy
+    (score_pairs)."""
+    return score_pairs(system, model, batch, guard, eager)[int(tie)]
 
 
-def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None) -> np.ndarray:
-    """[2, n]: the hard and the tie-broken scores of a batch of plans (score_plans)."""
+def eager(system: System, model: RankingModel, guard=None) -> bool:
+    """Whether a search's start (greedy's settings, its score and its compound moves) is scored in
+    numpy (score_pairs' eager=True): on a small instance (no compiled program builds its batches:
+    in_program) with no guard. Those batches cost numpy some milliseconds, and no program has to be
+    compiled or loaded for them: a process's first search holds greedy's best compound move in a
+    tenth of a second, where compiling the batch scorer took a second (MLPerf / h100-16)."""
+    return guard is None and not in_program(system, model)
+
+
+def as_numpy(tree):
+    """A pytree (System, RankingModel, PlanArrays) with numpy leaves, for the cost model's numpy
+    evaluation (cost.arrays)."""
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False) -> np.ndarray:
+    """[2, n]: the hard and the tie-broken scores of a batch of plans (score_plans). eager=True: in
+    numpy, by the same cost functions (cost.arrays; `batch` of numpy arrays, no guard), with no
+    program to compile; the scores agree with the compiled ones to about 1e-6 (float32 rounding)."""
+    if eager:
+        sc, tie, _, _ = _scores(as_numpy(system), as_numpy(model), as_numpy(batch))
+        return np.stack([sc, tie]).astype(np.float32)
     size = batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     out = []
@@ -146,12 +182,14 @@ def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=No
 
 
 def score_settings(system: System, model: RankingModel, plans: list[Plan], tables: PlanArrays,
-                   tie: bool = False, guard=None) -> np.ndarray:
+                   tie: bool = False, guard=None, eager: bool = False) -> np.ndarray:
     """score_plans of `plans` that differ in their settings only, sharing `tables` (plan_arrays of
     one of them): only their settings are stacked, and the tables broadcast (in_program: in the
-    compiled program _apply_settings, a batch of batch_size at a time; else in numpy)."""
+    compiled program _apply_settings, a batch of batch_size at a time; else in numpy). eager: scored
+    in numpy too (score_pairs; not in_program)."""
     if not in_program(system, model):
-        return score_plans(system, model, _with_settings(tables, _settings_batch(plans, len(plans)), np), tie, guard)
+        return score_plans(system, model, _with_settings(tables, _settings_batch(plans, len(plans)), np), tie, guard,
+                           eager)
     size = batch_size(system, model)
     return _in_batches(len(plans), size, lambda s: score_plans(
         system, model, _apply_settings(tables, _settings_batch(plans[s:s + size], size)), tie, guard))
@@ -435,9 +473,10 @@ class LocalSearch:
     def warm_up(self, scorer_clock=contextlib.nullcontext) -> None:
         """Compile what a descent needs besides the batch scorer (_score_batch): the single-plan
         scorer (_details) and the first round's move batches, on a stand-in plan of the problem's
-        shape (plan.stand_in). search runs this in a thread while the greedy start compiles the
-        batch scorer: XLA compiles with the GIL released, so on 2 cores the two compiles overlap. The
-        batch scorer is not called here (two threads asking for one program would both compile it).
+        shape (plan.stand_in). search runs this in a thread while the greedy start (or, when the
+        start is scored in numpy, another thread: make_batch_scorer) compiles the batch scorer: XLA
+        compiles with the GIL released, so on 2 cores the two compiles overlap. The batch scorer is
+        not called here (two threads asking for one program would both compile it).
         scorer_clock: a context manager around the single-plan scorer's call."""
         plan = stand_in(self.system, self.model)
         pa = plan_arrays(plan, self.system, self.model)
@@ -782,17 +821,18 @@ class LocalSearch:
         """The compound moves of `plan` (_group_specs) as Plans."""
         return [self._group_plan(plan, *row) for row in zip(*self._group_specs(plan, other_dense))]
 
-    def group_moves(self, plan: Plan, pa, hard: bool = False,
-                    other_dense: bool = False) -> tuple[np.ndarray, Callable[[int], Plan]]:
+    def group_moves(self, plan: Plan, pa, hard: bool = False, other_dense: bool = False,
+                    eager: bool = False) -> tuple[np.ndarray, Callable[[int], Plan]]:
         """Tie-broken scores of the compound moves of `plan` (pa: its numpy arrays; other_dense: those
         of _group_specs(other_dense=True)), each batch built
         from the moves' sharding types (_groups; in the compiled program _apply_groups when
         self.in_program); and a function giving move i's Plan. hard=True: [2, moves], the hard
-        scores and the tie-broken ones (score_pairs)."""
+        scores and the tie-broken ones (score_pairs). eager: scored in numpy (score_pairs; not
+        self.in_program)."""
         specs = self._group_specs(plan, other_dense)
         group = lambda i: self._group_plan(plan, *(x[i] for x in specs))
         n, size = len(specs[0]), self.max_batch
-        scores = lambda batch: score_pairs(self.system, self.model, batch, self.guard) if hard else self.scores(batch)
+        scores = lambda batch: score_pairs(self.system, self.model, batch, self.guard, eager)[slice(None) if hard else 1]
         if not n:
             return np.zeros((2, 0) if hard else 0), group
         if not self.in_program:
