@@ -119,9 +119,10 @@ def main() -> int:
         print(f"  {inst:<32} " + " ".join(f"{100 * gaps[m]:12.2f}%" for m in METHODS))
     print("\n== targets ==")
     if small:
-        worst = max(r["gap"] for r in small)
-        print(f"  {'PASS' if worst <= 0.01 else 'MISS'}  small instances: gradient within 1 % of the MILP optimum on "
-              f"all {len(small)}: worst gap {100 * worst:.3f} %")
+        worst, least = max(r["gap"] for r in small), min(r["gap"] for r in small)
+        # below the optimum means the search left the subproblem (it did: column-wise compound moves)
+        print(f"  {'PASS' if worst <= 0.01 and least >= -1e-5 else 'MISS'}  small instances: gradient within 1 % of "
+              f"the MILP optimum on all {len(small)}, none below it: gaps {100 * least:.3f} to {100 * worst:.3f} %")
     for r in rows:
         if r["instance"].startswith("dlrm-dcnv2-mlperf") and r["method"] == "gradient":
             ok = r["gap"] <= 0.01 and r["wall_cold_s"] <= 30.0

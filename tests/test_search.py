@@ -47,8 +47,11 @@ def test_gradient_search_reaches_the_exact_optimum_within_1_percent(exact_result
         r = pm.search(system, model, "gradient", seed=0, budget_s=60, sharding_types=("table_wise",),
                       freeze_settings=True, start=start)
         assert r.feasible
+        # the subproblem's plans only: table-wise (a compound move once split tables column-wise in
+        # two whatever sharding_types allowed, and "beat" the optimum by 15-31 % on five instances)
+        assert {t.sharding_type for t in r.plan.tables.values()} == {"table_wise"}
         gaps.append(r.step_s / info["hard_step_s"] - 1.0)
-    assert max(gaps) <= 0.01, gaps
+    assert max(gaps) <= 0.01 and min(gaps) >= -1e-5, gaps       # none below the proven optimum
 
 
 @pytest.fixture(scope="module")

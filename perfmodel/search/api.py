@@ -358,7 +358,7 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
     # their tracing does not take the interpreter from it. MLPerf / h100-16, the first search of a process
     # with no programs: greedy's best compound move (2.665 ms) held at 0.04 s instead of 1.6 s, when the
     # batch scorer had compiled
-    fast = method == "gradient" and eager(system, model, guard) and is_exhaustive(system, model)
+    fast = method == "gradient" and eager(system, model, guard)
     loading = background(lambda: (load_batch_scorer(system, model), load_packer(system, model)),
                          "perfmodel-batch-scorer") if method == "gradient" and not fast else None
     warming = early = None
@@ -375,10 +375,12 @@ def _search(system, model, method, *, seed, budget_s, restarts, steps, precision
         greedy = start if start is not None else greedy_plan(system, model)    # raises if nothing fits
         if fast:
             early = _early_start(ls, greedy, eager=True)
-            # the packer first: the start's repacking (rebalance) needs it before the batch scorer
-            loading = background(lambda: (load_packer(system, model), make_batch_scorer(system, model)),
-                                 "perfmodel-batch-scorer")
             warming = _warm_up(ls)
+            # the packer first: the start's repacking (rebalance) needs it before the batch scorer. Not
+            # when an earlier search of the problem made them (warming None): a call of the batch scorer
+            # on stand-in plans in a thread cost a warm 0.2-s search 0.1 s (mtia300-64, MLPerf)
+            loading = background(lambda: (load_packer(system, model), make_batch_scorer(system, model)),
+                                 "perfmodel-batch-scorer") if warming is not None else None
     except BaseException:
         if warming is not None:
             warming.join()
@@ -755,7 +757,8 @@ def _early_start(ls: LocalSearch, greedy: Plan, eager: bool = False) -> tuple[Pl
     before the single-plan scorer is made (MLPerf / h100-16, new processes that load the batch
     scorer: the compound move, 2.665 ms, at 0.18 s instead of 0.20; in numpy, at 0.04 s)."""
     pa = stack([plan_arrays(greedy, ls.system, ls.model)])
-    g_step, g_tie = (float(x[0]) for x in score_pairs(ls.system, ls.model, pa, ls.guard, eager))
+    problem = ls.numpy_problem if eager else (ls.system, ls.model)
+    g_step, g_tie = (float(x[0]) for x in score_pairs(*problem, pa, ls.guard, eager))
     ls.record(g_step)
     early = _race_compound(ls, greedy, g_step, g_tie, eager)
     ls.record(early[1])

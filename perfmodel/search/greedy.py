@@ -72,8 +72,9 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     dim = np.asarray(tb.dim, np.float64)
     widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
     shards = np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)
+    numpy_problem = (as_numpy(system), as_numpy(model)) if fast else None
     q = {k: np.asarray(v, np.float64) for k, v in
-         (_inputs_of(as_numpy(system), as_numpy(model), shards) if fast else _inputs(system, model, shards)).items()}
+         (_inputs_of(*numpy_problem, shards) if fast else _inputs(system, model, shards)).items()}
     out_rows = q["out_rows"]
     size = rows * q["row_bytes"]
     f, bw = q["f"][0], q["b"][0]
@@ -180,7 +181,7 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
 
     base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
                 offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
-    return _best_settings(system, model, base, fast)
+    return _best_settings(*(numpy_problem or (system, model)), base, fast)
 
 
 def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False) -> Plan:
