@@ -405,8 +405,8 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     (S of any shape); the cores take each component's fastest protocol, an exact min."""
     S = _f32(S)
     xp = xp_of(S, net.msgs, net.engine_Bps)
-    if xp is np:                     # a batch of plans: S per plan, [N] (cost.arrays)
-        S = np.broadcast_to(S, np.shape(net.msgs))
+    if xp is np and np.ndim(net.msgs):      # a batch of plans: S per plan, [N] (cost.arrays)
+        S = np.broadcast_to(S, np.broadcast_shapes(S.shape, np.shape(net.msgs)))
     if _table(_shape(net), op, lo, hi) is None:
         z = xp.zeros(S.shape + (4,), np.float32)
         return z, z
