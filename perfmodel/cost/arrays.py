@@ -19,6 +19,11 @@ def xp_of(*xs):
     return jnp if any(isinstance(x, jax.Array) for x in xs) else np
 
 
+def as_numpy(tree):
+    """A pytree (System, RankingModel, PlanArrays) with numpy leaves, for the numpy evaluation."""
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
 def lead(x, like):
     """A per-plan scalar x against a per-plan array `like` of more axes: in numpy ([N] against
     [N, ...]) x with singleton axes after its batch axis, so that it broadcasts over `like`'s own

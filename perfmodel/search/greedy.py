@@ -26,7 +26,7 @@ import numpy as np
 
 from ..cache import jit
 from ..config import ConfigError
-from ..cost.arrays import xp_of
+from ..cost.arrays import as_numpy, xp_of
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
@@ -62,7 +62,7 @@ _inputs = jit(_inputs_of, export=True)
 def greedy_plan(system: System, model: RankingModel) -> Plan:
     """TorchRec-style greedy planning (module docstring). On a small instance (local.eager) its inputs
     and its settings are computed in numpy, with no program to compile."""
-    from .local import as_numpy, eager
+    from .local import eager
     fast = eager(system, model)
     tb = model.tables
     D, L = system.num_chips, system.domain_size

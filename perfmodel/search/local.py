@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit, make
-from ..cost.arrays import xp_of
+from ..cost.arrays import as_numpy, xp_of
 from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
@@ -156,18 +156,13 @@ def eager(system: System, model: RankingModel, guard=None) -> bool:
     return guard is None and is_exhaustive(system, model) and not in_program(system, model)
 
 
-def as_numpy(tree):
-    """A pytree (System, RankingModel, PlanArrays) with numpy leaves, for the cost model's numpy
-    evaluation (cost.arrays)."""
-    return jax.tree_util.tree_map(np.asarray, tree)
-
-
 def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False) -> np.ndarray:
     """[2, n]: the hard and the tie-broken scores of a batch of plans (score_plans). eager=True: in
-    numpy, by the same cost functions (cost.arrays; `batch` of numpy arrays, no guard), with no
-    program to compile; the scores agree with the compiled ones to about 1e-6 (float32 rounding)."""
+    numpy, by the same cost functions (cost.arrays; a search asks for it with no guard: local.eager),
+    with no program to compile; the scores agree with the compiled ones to about 1e-6 (float32
+    rounding)."""
     if eager:
-        sc, tie, _, _ = _scores(as_numpy(system), as_numpy(model), as_numpy(batch))
+        sc, tie, _, _ = _scores(as_numpy(system), as_numpy(model), as_numpy(batch), guard)
         return np.stack([sc, tie]).astype(np.float32)
     size = batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
@@ -406,6 +401,11 @@ class LocalSearch:
         if self._numpy is None:
             self._numpy = (as_numpy(self.system), as_numpy(self.model))
         return self._numpy
+
+    def pairs(self, batch, eager: bool = False) -> np.ndarray:
+        """score_pairs of a batch under this search's guard; eager: in numpy, on numpy_problem."""
+        problem = self.numpy_problem if eager else (self.system, self.model)
+        return score_pairs(*problem, batch, self.guard, eager)
 
     def record(self, score: float) -> None:
         """Note the time when a plan of hard score `score` is held, if it is the best feasible one so far."""
@@ -842,8 +842,7 @@ class LocalSearch:
         specs = self._group_specs(plan, other_dense)
         group = lambda i: self._group_plan(plan, *(x[i] for x in specs))
         n, size = len(specs[0]), self.max_batch
-        problem = self.numpy_problem if eager else (self.system, self.model)
-        scores = lambda batch: score_pairs(*problem, batch, self.guard, eager)[slice(None) if hard else 1]
+        scores = lambda batch: self.pairs(batch, eager)[slice(None) if hard else 1]
         if not n:
             return np.zeros((2, 0) if hard else 0), group
         if not self.in_program:
