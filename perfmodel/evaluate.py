@@ -15,11 +15,10 @@ is ready (max over devices) and compute and communication on separate streams:
   optimizer   after emb_bwd and dense_sync
   step        = max(critical path, total communication busy, total compute busy)
 
-Interference: while a collective overlaps compute for time o, the compute loses the compute units
-a core-driven collective takes (o f / (1 - f)), and waits for the HBM traffic the collective
-makes (min(mult x bytes / B_hbm, compute): charged in full, an upper bound, so that a faster link
-never makes a step slower). Core-driven collectives move mult = 2-3x their bytes through HBM;
-offload engines take no compute units and read each byte once.
+Interference (cost/contention.py): a compute phase next to a collective loses the compute units a
+core-driven collective holds (a second wave for kernels sized to the whole grid) and the share of
+HBM bandwidth the collective's traffic takes beyond what the phase leaves free; offload engines
+hold no units and move each byte once.
 """
 
 from __future__ import annotations
@@ -33,7 +32,8 @@ import numpy as np
 from .cache import jit, traced
 from .cost import collectives as coll
 from .cost.arrays import lead, xp_of
-from .cost.compute import dense_flops, gemm_times, hbm_time, peak_flops
+from .cost import contention
+from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
 from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
@@ -72,6 +72,7 @@ class Breakdown:
     usd_per_million_samples: jax.Array
     joules_per_sample: jax.Array
     comm_bytes: dict              # collective -> bytes per device (max over devices)
+    contention: dict              # overlap -> how much slower its dense compute runs next to the collective
     num_chips: int = static(default=1)
 
 
@@ -162,10 +163,12 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     algo = pa.algorithm
 
     # ---------------------------------------------------------------- compute
-    fwd, bwd = gemm_times(chip, model, b)
-    bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(np.shape(fwd), np.float32)
-    t_bf, t_bb = (fwd * bottom).sum(), (bwd * bottom).sum()
-    t_tf, t_tb = (fwd * (1 - bottom)).sum(), (bwd * (1 - bottom)).sum()
+    fwd_parts, bwd_parts = gemm_parts(chip, model, b)
+    G = len(model.dense.layer) or int(np.shape(model.dense.m)[0])
+    bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(G, np.float32)
+    stage = {"bf": tuple(x * bottom for x in fwd_parts), "bb": tuple(x * bottom for x in bwd_parts),
+             "tf": tuple(x * (1 - bottom) for x in fwd_parts), "tb": tuple(x * (1 - bottom) for x in bwd_parts)}
+    t_bf, t_bb, t_tf, t_tb = (roofline(stage[k]).sum() for k in ("bf", "bb", "tf", "tb"))
     emb = embedding_costs(system, model, pa, a2a_b, grad_b)
     e_f, e_b = emb.fwd_s, emb.bwd_s
 
@@ -222,30 +225,48 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     t_opt = hbm_time(chip, P_dense * (2.0 * model.param_bytes + model.param_bytes
                                       + 2.0 * 4.0 * model.dense_opt_values) / shard) + chip.launch_s
 
-    # ---------------------------------------------------------------- interference
-    fc = (1.0 - net.offload) * chip.core_compute_fraction
+    # ---------------------------------------------------------------- interference (cost/contention.py)
+    held = (1.0 - net.offload) * chip.core_compute_fraction        # units a core-driven collective holds
     mult = net.offload * chip.dma_hbm_mult + (1.0 - net.offload) * chip.core_hbm_mult
-    hbm_bw = chip.hbm_Bps * chip.hbm_eff
+    du = contention.unit_excess(chip, held)
 
-    def interfere(comp, comm, nbytes):
-        # compute units: lost for the overlap o; HBM: the collective's traffic is charged to the
-        # compute it overlaps, at most doubling it (an upper bound that no faster link can raise)
-        comm, f, m = (lead(x, comp) for x in (comm, fc, mult))
-        o = mn(comp, comm)
-        return o * f / (1.0 - f) + mn(lead(nbytes, comp) * m / hbm_bw, comp) * (comm > 0)
+    def rate(comm, traffic):        # HBM bytes/s the collective streams while it runs
+        return mult * traffic / xp.maximum(comm, 1e-12)
+
+    slowdown = {}
+
+    def on_dense(name, keys, share, comm, traffic):
+        """Time a collective of `comm` s moving `traffic` bytes (sent + received) adds to the dense
+        stages `keys` it overlaps (their `share`: a chunked overlap covers part of them)."""
+        db = contention.hbm_excess(chip, rate(comm, traffic))
+        plain = sum(roofline(stage[k]).sum() for k in keys)
+        excess = sum(contention.gemm_excess(stage[k], du, db) for k in keys)
+        slowdown[name] = 1.0 + contention.ratio(excess, plain)
+        return contention.added(plain * share, excess * share, comm, mn)
+
+    def on_memory(plain, comm, traffic):
+        """The same for a memory-bound phase (embedding lookups): slowed by the HBM share alone."""
+        db = contention.hbm_excess(chip, rate(comm, traffic))
+        return contention.added(plain, plain * lead(db, plain), lead(comm, plain), mn)
 
     tr_moved = emb.tr_bytes * (L - 1) / L                  # [D] sent (and received) by the domain reduce-scatter
     out_bytes = (hard_max(xp.sum(xp.maximum(emb.out_send, emb.out_recv), axis=-1) + tr_moved, -1)
                  + emb.rw_bytes * (D - 1) / D)
     in_bytes = hard_max(xp.sum(xp.maximum(emb.in_send, emb.in_recv), axis=-1), -1)
     sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
+    # bytes each chip sends and receives (its HBM traffic's measure): the busiest device's
+    out_traffic = (hard_max(xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr_moved, -1)
+                   + 2.0 * emb.rw_bytes * (D - 1) / D)
+    in_traffic = hard_max(xp.sum(emb.in_send + emb.in_recv, axis=-1), -1)
+    sync_traffic = 2.0 * sync_bytes
+    ag_traffic = 2.0 * p_bytes * (D - 1) / D
     frac_c = 1.0 - 1.0 / chunks
-    x_bf = interfere(t_bf, (1.0 - p) * c_in, (1.0 - p) * in_bytes)
-    x_prev = interfere(t_tb + t_bb, p * c_in, p * in_bytes)          # pipelined input dist of the next batch
-    x_tf = interfere(t_tf * frac_c, c_out * frac_c, out_bytes * frac_c)
-    x_tb = interfere(t_tb * frac_c, c_gout * frac_c, out_bytes * frac_c)
-    x_bb = interfere(t_bb, c_gout + c_sync, out_bytes + sync_bytes)
-    x_ef = interfere(e_f, m_fsdp * c_ag / 2.0, 0.0)
+    x_bf = on_dense("bottom_fwd", ("bf",), 1.0, (1.0 - p) * c_in, (1.0 - p) * in_traffic)
+    x_prev = on_dense("backward", ("tb", "bb"), 1.0, p * c_in, p * in_traffic)   # pipelined input dist of the next batch
+    x_tf = on_dense("top_fwd", ("tf",), frac_c, c_out * frac_c, out_traffic * frac_c)
+    x_tb = on_dense("top_bwd", ("tb",), frac_c, c_gout * frac_c, out_traffic * frac_c)
+    x_bb = on_dense("bottom_bwd", ("bb",), 1.0, c_gout + c_sync, out_traffic + sync_traffic)
+    x_ef = on_memory(e_f, m_fsdp * c_ag / 2.0, m_fsdp * ag_traffic / 2.0)
 
     # ---------------------------------------------------------------- schedule
     zero = xp.zeros(np.shape(pa.offload) + (D,), np.float32)
@@ -312,6 +333,6 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         comm_s=comm_busy, exposed_comm_s=xp.maximum(step - dmax(compute), 0.0), interference_s=extra,
         slowdown=compute / compute_plain, mfu=mfu, memory_bytes=mem, memory_parts=parts, capacity_bytes=cap,
         host_memory_bytes=emb.host_bytes, feasible=feasible, usd_per_million_samples=usd,
-        joules_per_sample=joules, comm_bytes=comm_bytes, num_chips=D,
+        joules_per_sample=joules, comm_bytes=comm_bytes, contention=slowdown, num_chips=D,
     )
     return bd, emb

@@ -67,6 +67,13 @@ class Chip:
     usd_per_hour: jax.Array
     name: str = static(default="chip")
     scale_up_eff: jax.Array = 1.0         # achievable fraction of the dedicated scale-up link's line rate
+    scale_up_kind: str = static(default="nvlink")   # the dedicated scale-up link: "nvlink" or "pcie"
+    nvls_eff: jax.Array = 1.0             # NVLS's achievable fraction of the scale-up line rate
+    core_channels: jax.Array = 16.0       # NCCL channels (one CTA each) of a core-driven collective
+    nvls_channels: jax.Array = 16.0       # NCCL's NVLS channels
+    ll_max_Bps: jax.Array = 1e30          # NCCL LL protocol's bus-bandwidth cap on one node
+    core_call_s: jax.Array = 3e-6         # fixed cost of one core-driven collective call
+    full_grid_gemm_share: jax.Array = 0.0 # share of GEMM time in kernels sized to the whole grid
 
 
 @_pytree
@@ -109,7 +116,7 @@ class Level:
     size: int = static(default=1)
     link: str = static(default="scale_out")
     name: str = static(default="level")
-    switch_reduction: bool = static(default=False)   # the level's switch reduces in the network (NVLS)
+    switch_reduction: bool = static(default=False)   # the level's switches reduce (scale-up: NVLS; scale-out: SHARP)
 
 
 @_pytree
@@ -212,6 +219,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     launch = c.num(Num("launch_overhead_us", US))
     mm_max = c.num(Num("matmul_efficiency_max", 1.0, **_FRAC))
     mm_half = c.num(Num("matmul_half_efficiency_GFLOP", 1e9, **_POS))
+    grid = c.num(Num("full_grid_gemm_share", 1.0, lo=0.0, hi=1.0, required=False, default=0.0))
     c.finish()
 
     m = top.sub("memory")
@@ -248,6 +256,8 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     su_bw = su.num(Num("bandwidth_GBps", GBPS, **_POS, required=not shared, default=None if not shared else 0.0))
     su_lat = su.num(Num("latency_us", US, required=not shared, default=None if not shared else 0.0))
     su_eff = su.num(Num("bandwidth_efficiency", 1.0, **_FRAC, required=False, default=1.0))
+    su_kind = su.text("kind", ("nvlink", "pcie"), default="nvlink")
+    nvls_eff = su.num(Num("nvls_efficiency", 1.0, **_FRAC, required=False, default=su_eff))
     su.finish()
     if shared and su_bw:
         raise su.error("bandwidth_GBps", "must be absent when nic.serves_scale_up = true (the NIC carries scale-up)")
@@ -268,6 +278,10 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     cmult = cc.num(Num("hbm_traffic_multiplier", 1.0, lo=0.0))
     cmsgs = cc.num(Num("messages_in_flight", 1.0, lo=1.0))
     dmult = cc.num(Num("dma_hbm_traffic_multiplier", 1.0, lo=0.0))
+    channels = cc.num(Num("channels", 1.0, lo=1.0, integer=True, required=False, default=cmsgs))
+    nvls_ch = cc.num(Num("nvls_channels", 1.0, lo=1.0, integer=True, required=False, default=16.0))
+    ll_max = cc.num(Num("ll_max_bus_GBps", GBPS, **_POS, required=False, default=1e21))
+    call = cc.num(Num("call_overhead_us", US, required=False, default=launch / US))
     cc.finish()
 
     h = top.sub("host")
@@ -290,7 +304,9 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
         gather_half_row_bytes=_f(g_half), scale_up_Bps=_f(su_bw), scale_up_latency_s=_f(su_lat),
         core_compute_fraction=_f(cfrac), core_hbm_mult=_f(cmult), core_msgs_in_flight=_f(cmsgs),
         dma_hbm_mult=_f(dmult), host_link_Bps=_f(host_bw), host_dram_bytes=_f(dram),
-        tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name, scale_up_eff=_f(su_eff),
+        tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name, scale_up_eff=_f(su_eff), scale_up_kind=su_kind,
+        nvls_eff=_f(nvls_eff), core_channels=_f(channels), nvls_channels=_f(nvls_ch), ll_max_Bps=_f(ll_max), core_call_s=_f(call),
+        full_grid_gemm_share=_f(grid),
     )
     nic = Nic(
         pcie=_f(1.0 if pcie else 0.0), active_ports=_f(active), port_Bps=_f(port_bw),
@@ -338,6 +354,9 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
     per_host = int(top.num(Num("chips_per_host", 1.0, lo=1.0, integer=True)))
     host_W = top.num(Num("host_power_W", 1.0))
     host_usd = top.num(Num("host_usd_per_hour", 1.0))
+    nic_over = top.raw("nic", {})
+    if not isinstance(nic_over, dict):
+        raise ConfigError(src, "nic", "must be a [nic] table of the chip's nic fields to override")
     net = top.sub("network")
     raw_levels = net.raw("levels")
     net.finish()
@@ -357,8 +376,6 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         s.finish()
         if size <= prev and i > 0:
             raise s.error("domain_chips", f"must grow from level to level (previous level has {prev})")
-        if reduces and link != "scale_up":
-            raise s.error("switch_reduction", "is only for a scale_up level (NVLink SHARP reduces in the NVSwitch)")
         parsed.append((size, link, lname, lat, over, reduces))
         prev = size
     levels = []
@@ -378,7 +395,11 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         raise ConfigError(src, "chips", f"{n} chips do not fill whole hosts of {per_host}")
 
     chip_path = _resolve("chips", chip_override if chip_override is not None else chip_name)
-    chip, nic, off = _parse_chip(read_file(chip_path), str(chip_path))
+    chip_data, chip_src = read_file(chip_path), str(chip_path)
+    if nic_over:        # the system's NICs (a node's, not the chip's: e.g. a cloud instance's EFA)
+        chip_data = {**chip_data, "nic": {**chip_data.get("nic", {}), **nic_over}}
+        chip_src = f"{chip_path} with the [nic] of {src}"
+    chip, nic, off = _parse_chip(chip_data, chip_src)
     lv = tuple(Level(latency_s=_f(lat), oversubscription=_f(over), size=size, link=link, name=lname,
                      switch_reduction=reduces)
                for size, link, lname, lat, over, reduces in levels)

@@ -36,7 +36,10 @@ def test_a_batch_in_numpy_gives_the_compiled_breakdown(system_name, model_name):
         # numpy, batched as vmap batches it; a figure no plan changes (the capacity) without the batch axis
         assert isinstance(got, np.ndarray) and got.shape in (ref.shape, ref.shape[1:]), where
         assert got.dtype == ref.dtype, where                                         # float32 as jax computes
-        np.testing.assert_allclose(np.broadcast_to(got, ref.shape), ref, rtol=2e-5, atol=1e-30, err_msg=where)
+        # a difference of two times (the exposed communication: step - compute) is exact to float32's
+        # rounding of the step, not of itself
+        atol = 1e-6 * float(np.max(compiled[0].step_s)) if "exposed" in where else 1e-30
+        np.testing.assert_allclose(np.broadcast_to(got, ref.shape), ref, rtol=2e-5, atol=atol, err_msg=where)
     # the plans differ: the comparison is not of one plan's figures broadcast
     assert len(np.unique(np.asarray(compiled[0].step_s))) == N
 

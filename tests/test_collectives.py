@@ -53,9 +53,10 @@ def test_pcie_caps_an_integrated_nic_moved_behind_it(mtia64):
 # NCCL's protocols for core-driven collectives (tuning.cc): base latency, extra per-step latency over
 # LL's on a network link (MTIA's NICs carry scale-up), share of each line that is data
 BASE = {"LL": 6.6e-6, "LL128": 14e-6, "Simple": 8.4e-6}
-NET_EXTRA = {"LL": 0.0, "LL128": 1.3e-6, "Simple": 11.3e-6}
+# Simple waits for the NIC (1 us on mtia300) once more per network step: tuning.cc's flush latency
+NET_EXTRA = {"LL": 0.0, "LL128": 1.3e-6, "Simple": 11.3e-6 + 1.0e-6}
 NVL_EXTRA = {"LL": 0.0, "LL128": 1.3e-6, "Simple": 2.8e-6}
-EFF = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
+EFF = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 
 
 def test_ring_all_reduce_inside_a_rack(mtia16):
@@ -104,10 +105,11 @@ def test_tree_direct_and_hierarchical_all_reduce(mtia64):
     lat = amax * (1 + (n - 1) / m)
     direct = 2 * (bytes_t + lat) + SETUP
     assert float(coll.all_reduce(net, S, 0, 1, ONE["direct"])) == pytest.approx(direct, rel=1e-5)
-    # hierarchical: ring RS in the rack, ring AR over 4 racks on S/16, ring AG in the rack
-    rs = 15 / 16 * S / UP + 15 * A_UP
-    ar = 2 * 3 / 4 * (S / 16) / OUT + 2 * 3 * A_OUT
-    hier = rs + ar + rs + SETUP
+    # hierarchical: ring RS in the rack, ring AR over 4 racks on S/16, ring AG in the rack, the stages
+    # pipelined: the rack links carry the RS and the AG, the scale-out links the AR, at once
+    up = 2 * 15 / 16 * S / UP
+    out = 2 * 3 / 4 * (S / 16) / OUT
+    hier = max(up, out) + 2 * 15 * A_UP + 2 * 3 * A_OUT + SETUP
     assert float(coll.all_reduce(net, S, 0, 1, ONE["hierarchical"])) == pytest.approx(hier, rel=1e-5)
 
 
@@ -128,11 +130,10 @@ def test_three_levels_hand_calculated(mtia64):
     tree = 2 * S / b2 + 2 * 6 * a1 + SETUP
     assert float(coll.all_reduce(net, S, 0, 2, ONE["tree"])) == pytest.approx(tree, rel=1e-5)
     # hierarchical: RS in the rack, RS across the pair on S/16, all-reduce of the outer pair on S/32,
-    # then the all-gathers back
-    rs0 = 15 / 16 * S / b0 + 15 * a0
-    rs1 = 1 / 2 * (S / 16) / b1 + a1
-    ar2 = 2 * 1 / 2 * (S / 32) / b2 + 2 * a2
-    hier = 2 * rs0 + 2 * rs1 + ar2 + SETUP
+    # then the all-gathers back, pipelined: levels 1 and 2 share the scale-out link, so their loads add
+    up = 2 * 15 / 16 * S / b0
+    out = 2 * 1 / 2 * (S / 16) / b1 + 2 * 1 / 2 * (S / 32) / b2
+    hier = max(up, out) + 2 * 15 * a0 + 2 * a1 + 2 * a2 + SETUP
     assert float(coll.all_reduce(net, S, 0, 2, ONE["hierarchical"])) == pytest.approx(hier, rel=1e-5)
     # direct all-gather across racks (levels 1-2, a group of 4 chips one per rack): 1 peer first
     # reached in the pair, 2 in the other pair, both over scale-out at once; alpha: the larger of
@@ -149,10 +150,12 @@ def test_all_gather_equals_reduce_scatter_transfer_on_ring(mtia64):
     vol = (n - 1) / n * S
     expect = max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) + (60 * A_UP + 3 * A_OUT) + SETUP
     assert float(coll.all_gather(net, S, 0, 1, ONE["ring"])) == pytest.approx(expect, rel=1e-5)
-    # core-driven: the same ring with the fastest protocol (63 steps, all through the NICs)
+    # core-driven: the same ring with the fastest protocol (63 steps, all through the NICs); across 4
+    # domains NCCL caps LL's bus bandwidth at 20.4 GB/s (tuning.cc llMaxBws, 3+ nodes)
     core = coll.make_net(mtia64, 0.0)
     proto = {p: BASE[p] + 60 * A_UP + 3 * A_OUT + 63 * NET_EXTRA[p]
-             + max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) / EFF[p] for p in BASE}
+             + max(max(vol * 60 / 64 / UP, vol * 4 / 64 / OUT) / EFF[p], vol / 20.4e9 if p == "LL" else 0.0) for p in BASE}
+    assert min(proto, key=proto.get) == "LL128"
     assert float(coll.all_gather(core, S, 0, 1, ONE["ring"])) == pytest.approx(min(proto.values()) + LAUNCH, rel=1e-5)
 
 
@@ -195,19 +198,30 @@ def _ring_protocols_h200(S, n=8):
     return {p: BASE[p] + 2 * (n - 1) * (A_NVL + NVL_EXTRA[p]) + 2 * (n - 1) / n * S / (NVL * EFF[p]) for p in BASE}
 
 
+def _channels(S, per_channel, channels=24):
+    """NCCL's share of its channels a collective of S bytes runs on (enqueue.cc): S / per-channel
+    bytes of them, at least one, at most all."""
+    return min(1.0, max(1.0 / channels, S / (channels * per_channel)))
+
+
 def test_small_ring_all_reduce_picks_ll_with_its_latency():
     net = coll.make_net(pm.load_system("h200-8"), 0.0)
     S = 32 * 1024
     proto = _ring_protocols_h200(S)
-    # LL: 6.6 + 14 x 0.6 us + 1.75 x 32 KiB at half of 370 GB/s = 15.0 + 0.31 us
+    # LL: 6.6 + 14 x 0.6 us + 1.75 x 32 KiB at half of 370 GB/s = 15.0 + 0.31 us with every channel
     assert proto["LL"] == pytest.approx(6.6e-6 + 8.4e-6 + 1.75 * S / (0.5 * NVL), rel=1e-9)
-    assert min(proto, key=proto.get) == "LL"
-    t = float(coll.all_reduce(net, S, 0, 0, ONE["ring"]))
-    assert t == pytest.approx(proto["LL"] + LAUNCH, rel=1e-5)
-    parts = coll._ring(net, jnp.float32(S), 0, 0, 2)
+    parts = coll.ring_parts(net, jnp.float32(S), 0, 0, 2)
     got = [float(x) for x in coll.protocol_times(net, parts)]
     assert got == pytest.approx([proto[p] for p in coll.PROTOCOLS], rel=1e-5)
-    # 16 GiB: Simple, at the full 370 GB/s
+    # but NCCL gives 32 KiB one channel of 24 (LL: 4 KiB x 8 ranks a channel; LL128 5 KiB; Simple
+    # 32 KiB), and LL's bus bandwidth is at most 141 GB/s on one Hopper node (tuning.cc llMaxBws)
+    bus = 1.75 * S
+    ll = 6.6e-6 + 14 * 0.6e-6 + max(bus / (0.5 * NVL), bus / 141e9) / _channels(S, 4096 * 8)
+    ll128 = 14e-6 + 14 * 1.9e-6 + bus / (0.92 * NVL) / _channels(S, 5120)
+    simple = 8.4e-6 + 14 * 3.4e-6 + bus / NVL / _channels(S, 32768)
+    assert min(ll, ll128, simple) == ll
+    assert float(coll.all_reduce(net, S, 0, 0, ONE["ring"])) == pytest.approx(ll + LAUNCH, rel=1e-5)
+    # 16 GiB: Simple on every channel, at the full 370 GB/s
     big = 16.0 * 2**30
     proto = _ring_protocols_h200(big)
     assert min(proto, key=proto.get) == "Simple"
@@ -219,15 +233,21 @@ def test_nvls_beats_the_ring_for_large_all_reduce_on_h200_and_is_absent_on_a100(
     assert coll.has_nvls(h200, 0, 0)
     big = 16.0 * 2**30
     nvls = float(coll.nvls_all_reduce(h200, big, 0, 0))
-    # S (n+1)/n each way at 370 GB/s, 25 us, launch: busbw 14/9 of the ring's
-    assert nvls == pytest.approx(big * 9 / 8 / NVL + 25e-6 + LAUNCH, rel=1e-5)
+    # S (n+1)/n each way at NVLS's 68 % of 450 GB/s, the fill of its pipeline (16 chunks of 128 KiB on
+    # each of 16 channels, at 1/16 of the algorithm's 8/9 of the link rate), 25 us, the call
+    rate = 0.68 * 450e9
+    fill = 16 * 131072 / (rate * 8 / 9 / 16)
+    assert nvls == pytest.approx(big * 9 / 8 / rate + fill + 25e-6 + LAUNCH, rel=1e-5)
+    # NCCL's own model of 8 x H100 NVLS: 476 GB/s bus bandwidth
+    assert 1.75 * big / nvls == pytest.approx(476e9, rel=0.01)
     ring = float(coll.all_reduce(h200, big, 0, 0, ONE["ring"]))
-    assert ring / nvls == pytest.approx(14 / 9, rel=0.01)
+    assert ring / nvls == pytest.approx(476 / 370, rel=0.01)
     # NCCL's choice and a core-driven direct all-reduce use it
     assert float(coll.nccl_all_reduce(h200, big, 0, 0)) == pytest.approx(nvls, rel=1e-6)
     assert float(coll.all_reduce(h200, big, 0, 0, ONE["direct"])) == pytest.approx(nvls, rel=1e-6)
-    # REFERENCE.md: NCCL picks NVLS on 8 x H200 from 2 MiB up (the assumed 25 us puts the crossover there)
-    for size, picks in ((2**20, False), (2 * 2**20, True), (4 * 2**20, True)):
+    # REFERENCE.md: NCCL picks NVLS on 8 x H200 from 2 MiB up; the model from 4 MiB (its 16-KiB chunks'
+    # fill costs NVLS the 2-MiB point)
+    for size, picks in ((2**20, False), (2 * 2**20, False), (4 * 2**20, True), (64 * 2**20, True)):
         best = float(coll.nccl_all_reduce(h200, size, 0, 0))
         assert (best == pytest.approx(float(coll.nvls_all_reduce(h200, size, 0, 0)), rel=1e-6)) == picks, size
     # A100's NVSwitch does not reduce; nor does a group spanning several levels
@@ -257,10 +277,11 @@ def test_core_driven_collectives_are_monotone(name):
     system = pm.load_system(name)
     top = len(system.levels) - 1
     net = coll.make_net(system, 0.0)
-    faster = dataclasses.replace(net, bw=[b * 1.5 for b in net.bw], link_bw={k: v * 1.5 for k, v in net.link_bw.items()})
-    quicker = dataclasses.replace(net, alpha=[a * 0.5 for a in net.alpha], nvls_latency_s=net.nvls_latency_s * 0.5,
-                                  proto_base=tuple(b * 0.5 for b in net.proto_base),
-                                  proto_step={k: tuple(x * 0.5 for x in v) for k, v in net.proto_step.items()})
+    faster = net.retuned(bw=[b * 1.5 for b in net.bw], link_bw={k: v * 1.5 for k, v in net.link_bw.items()},
+                         nvls_Bps=net.nvls_Bps * 1.5, ll_max_Bps=net.ll_max_Bps * 1.5)
+    quicker = net.retuned(alpha=[a * 0.5 for a in net.alpha], nvls_latency_s=net.nvls_latency_s * 0.5,
+                          innet_latency_s=net.innet_latency_s * 0.5, proto_base=tuple(b * 0.5 for b in net.proto_base),
+                          proto_step={k: tuple(x * 0.5 for x in v) for k, v in net.proto_step.items()})
     fns = [lambda n, s, a=a: coll.all_reduce(n, s, 0, top, ONE[a]) for a in pm.ALGORITHMS]
     fns += [lambda n, s, a=a: coll.reduce_scatter(n, s, 0, top, ONE[a]) for a in pm.ALGORITHMS]
     fns += [lambda n, s: coll.nccl_all_reduce(n, s, 0, top)]
@@ -276,7 +297,7 @@ def test_protocol_choice_has_finite_gradients():
 
     def t(scale, S):
         net = coll.make_net(system, 0.0)
-        net = dataclasses.replace(net, bw=[b * scale for b in net.bw], link_bw={k: v * scale for k, v in net.link_bw.items()})
+        net = net.retuned(bw=[b * scale for b in net.bw], link_bw={k: v * scale for k, v in net.link_bw.items()})
         return coll.nccl_all_reduce(net, S, 0, 1) + coll.all_reduce(net, S, 0, 1, ONE["ring"])
 
     for S in SIZES:

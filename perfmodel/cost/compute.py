@@ -55,23 +55,35 @@ def memory_time(chip: Chip, nbytes, working_set_bytes):
     return hbm_time(chip, nbytes) * llc_factor(chip, working_set_bytes)
 
 
-def gemm_times(chip: Chip, model: RankingModel, local_batch):
-    """Forward and backward time of each dense GEMM (arrays [G]) for `local_batch` samples.
+def gemm_parts(chip: Chip, model: RankingModel, local_batch):
+    """The roofline parts of each dense GEMM (arrays [G]) for `local_batch` samples, forward and
+    backward: (flop_s, mem_s, elem_s, launch_s) each, where the GEMM takes max(flop_s, mem_s) +
+    elem_s + launch_s (gemm_times).
 
     Forward F = 2 b m n k; backward computes dX and dW: 2F (dW only where the GEMM has weights,
     dX always). Bytes: inputs, outputs and weights once, plus the elementwise traffic after it.
     """
     d, ab, pb = model.dense, model.activation_bytes, model.param_bytes
-    xp = xp_of(chip.hbm_Bps, d.m, local_batch)
     peak = peak_flops(chip, model.dense_dtype)
     flops = 2.0 * local_batch * d.m * d.n * d.k
     io = local_batch * d.m * (d.n + d.k) * ab + d.weighted * d.n * d.k * pb
     elem = hbm_time(chip, local_batch * d.elementwise * ab)
-    fwd = xp.maximum(flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, io)) + elem + chip.launch_s
-    bwd_flops = flops * (1.0 + d.weighted)
-    bwd = (xp.maximum(bwd_flops / (peak * matmul_efficiency(chip, flops)), hbm_time(chip, 2.0 * io))
-           + elem + chip.launch_s * (1.0 + d.weighted))
+    eff = peak * matmul_efficiency(chip, flops)
+    fwd = (flops / eff, hbm_time(chip, io), elem, chip.launch_s + 0.0 * flops)
+    bwd = (flops * (1.0 + d.weighted) / eff, hbm_time(chip, 2.0 * io), elem, chip.launch_s * (1.0 + d.weighted))
     return fwd, bwd
+
+
+def roofline(parts):
+    """Time of GEMMs from their parts: max(flop_s, mem_s) + elem_s + launch_s."""
+    flop, mem, elem, launch = parts
+    return xp_of(flop, mem).maximum(flop, mem) + elem + launch
+
+
+def gemm_times(chip: Chip, model: RankingModel, local_batch):
+    """Forward and backward time of each dense GEMM (arrays [G]) for `local_batch` samples (gemm_parts)."""
+    fwd, bwd = gemm_parts(chip, model, local_batch)
+    return roofline(fwd), roofline(bwd)
 
 
 def dense_flops(model: RankingModel):

@@ -10,8 +10,11 @@ quantity the placement moves (lookup times, all-to-all bytes per level, memory) 
 placement matrix, so its coefficients are the model's Jacobian; the placement-free times are read
 off a hard evaluation of the start plan. The schedule of `evaluate` under these settings is a
 max-plus expression plus min() terms (interference): maxima become epigraph variables, each
-min(a, b) a binary choice with big-M. `exact_plan` checks the MILP's optimum against the hard
-evaluation of its solution and reports both.
+min(a, b) a binary choice with big-M. How much slower the dense backward runs next to a collective
+(cost/contention.py: the collective's HBM traffic rate over its time) is held at a plan's value,
+and the MILP solved again at its solution's until the placement repeats (a fixed point: its
+optimum is then the hard step of its plan). `exact_plan` checks the MILP's optimum against the
+hard evaluation of its solution and reports both.
 """
 
 from __future__ import annotations
@@ -61,8 +64,6 @@ def _linear_parts(system, model, pa0, a2a_b, grad_b):
 
 
 def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: float = 120.0) -> tuple[Plan, dict]:
-    import highspy
-
     T, D = model.tables.count, system.num_chips
     if T > MAX_TABLES or D > MAX_DEVICES:
         raise ConfigError("", "method", f"exact takes at most {MAX_TABLES} tables and {MAX_DEVICES} devices "
@@ -81,28 +82,54 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
 
     # ---- placement-free constants from the start plan and the model's network
     net = coll.make_net(system, pa0.offload)
-    chip = system.chip
     # the direct all-to-all: o (t + lat) + (1 - o) min_p (lat_p + t / eff_p) + setup, t = the slowest
     # device's per-link bytes / bandwidth (engines: o = 1; core-driven: NCCL's protocols p)
     fixed = coll.all_to_all_fixed(net, hier=False)
     lat_eng = float(fixed.lat_s) * US
     lat_p = [float(x) * US for x in coll.protocol_times(net, fixed)]
-    eff_p = [float(e) for e in net.proto_eff]
+    eff_p = [float(e) for e in net.proto_share]
     setup = float(net.setup_s) * US
     link_names = sorted(set(net.link))
     inv_bw = {k: 1.0 / float(net.link_bw[k]) * US / MB for k in link_names}  # us per MB
     over = [float(o) for o in net.oversub]
     o = float(net.offload)
-    fc = (1.0 - o) * float(chip.core_compute_fraction)
-    k1 = fc / (1.0 - fc)
-    mult = o * float(chip.dma_hbm_mult) + (1.0 - o) * float(chip.core_hbm_mult)
-    hbm_us_per_mb = 1.0 / float(chip.hbm_Bps * chip.hbm_eff) * US / MB
     t_bf, t_tf, t_tb, t_bb = (ph[k] * US for k in ("bottom_fwd", "top_fwd", "top_bwd", "bottom_bwd"))
     t_opt, c_sync = ph["optimizer"] * US, ph["dense_sync"] * US
-    sync_mb = float(bd0.comm_bytes["dense_sync"]) * MB
     n_b = float(base.grad_buckets)
     cap = float(bd0.capacity_bytes) * MB
 
+    seen, slow = [], {k: float(bd0.contention[k]) for k in ("backward", "bottom_bwd")}
+    for _ in range(MAX_ROUNDS):
+        ranks, milp, terms, status, gap = _solve(dict(
+            T=T, D=D, system=system, const=const, jac=jac, net=net, link_names=link_names, inv_bw=inv_bw, over=over,
+            o=o, lat_eng=lat_eng, lat_p=lat_p, eff_p=eff_p, setup=setup, t_bf=t_bf, t_tf=t_tf, t_tb=t_tb, t_bb=t_bb,
+            t_opt=t_opt, c_sync=c_sync, n_b=n_b, cap=cap, big=4.0 * float(bd0.step_s) * US + 1.0,
+            time_limit_s=time_limit_s), slow)
+        plan = subproblem_plan(start, model, ranks)
+        bd = evaluate(system, model, plan)
+        if ranks in seen:
+            break
+        seen.append(ranks)
+        slow = {k: float(bd.contention[k]) for k in slow}
+    hard = float(bd.step_s)
+    return plan, {"milp_step_s": milp, "hard_step_s": hard, "status": status, "terms": terms,
+                  "mip_gap": gap, "binaries": T * D, "rounds": len(seen)}
+
+
+MAX_ROUNDS = 6       # MILP solves at most, each at the previous solution's contention
+
+
+def _solve(a: dict, slow: dict):
+    """One MILP at the dense backward's slowdowns `slow` (cost/contention.py): the placement, the
+    MILP's step, its terms, status and gap."""
+    import highspy
+
+    T, D, system, const, jac, net = a["T"], a["D"], a["system"], a["const"], a["jac"], a["net"]
+    link_names, inv_bw, over, o = a["link_names"], a["inv_bw"], a["over"], a["o"]
+    lat_eng, lat_p, eff_p, setup = a["lat_eng"], a["lat_p"], a["eff_p"], a["setup"]
+    t_bf, t_tf, t_tb, t_bb, t_opt, c_sync, n_b, cap, big = (a[k] for k in (
+        "t_bf", "t_tf", "t_tb", "t_bb", "t_opt", "c_sync", "n_b", "cap", "big"))
+    time_limit_s = a["time_limit_s"]
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
@@ -120,9 +147,8 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
         return c + sum(float(J[t, d]) * x[t][d] for t in range(T) for d in range(D) if J[t, d] != 0.0)
 
     var = lambda lb=0.0: h.addVariable(lb=lb, ub=1e12)
-    # big-M of the min() choices: every term is below the step time of some plan; a tight M keeps the
-    # integrality tolerance from loosening the choice (M x 1e-9 must stay far below a microsecond)
-    big = 4.0 * float(bd0.step_s) * US + 1.0
+    # big-M of the min() choices (a["big"]): every term is below the step time of some plan; a tight M
+    # keeps the integrality tolerance from loosening the choice (M x 1e-9 must stay far below a microsecond)
 
     def a2a(send, recv):
         """Epigraph of the direct all-to-all: X >= per-device, per-link transfer time; C >= its time
@@ -162,8 +188,10 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     for d in range(D):
         h.addConstr(EF >= lin("ef", d))
     T_b = t_tb + t_bb
-    x_prev = (vmin(T_b, C_in) * k1 + vmin(B_in * mult * hbm_us_per_mb, T_b)) if D > 1 else 0.0
-    x_bb = (vmin(t_bb, C_out + c_sync) * k1 + vmin((B_out + sync_mb) * mult * hbm_us_per_mb, t_bb)) if D > 1 else 0.0
+    # the overlaps' added time, min(T (r - 1), c (1 - 1/r)) at the held slowdowns r (cost/contention.py)
+    r_b, r_bb = slow["backward"], slow["bottom_bwd"]
+    x_prev = vmin(T_b * (r_b - 1.0), C_in * (1.0 - 1.0 / r_b)) if D > 1 else 0.0
+    x_bb = vmin(t_bb * (r_bb - 1.0), (C_out + c_sync) * (1.0 - 1.0 / r_bb)) if D > 1 else 0.0
     tf_end = t_bf + EF + C_out + t_tf
     tb_end = tf_end + t_tb + x_prev
     g_end = tf_end + t_tb + C_out
@@ -187,11 +215,8 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
         raise ConfigError("", "model", f"the exact placement MILP ended with status {status}: no feasible "
                           "table-wise placement within the memory caps")
     ranks = [int(np.argmax([h.val(x[t][d]) for d in range(D)])) for t in range(T)]
-    plan = subproblem_plan(start, model, ranks)
-    hard = float(evaluate(system, model, plan).step_s)
     milp = float(h.val(STEP)) / US
     val = lambda e: float(h.val(e)) if not isinstance(e, float) else e
     terms = {"input_dist_us": val(C_in), "output_dist_us": val(C_out), "emb_fwd_max_us": val(EF),
              "emb_bwd_end_us": val(EB), "sync_end_us": val(SYNC)}
-    return plan, {"milp_step_s": milp, "hard_step_s": hard, "status": status, "terms": terms,
-                  "mip_gap": float(h.getInfo().mip_gap), "binaries": T * D}
+    return ranks, milp, terms, status, float(h.getInfo().mip_gap)
