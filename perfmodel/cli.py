@@ -138,9 +138,14 @@ def _register_search(sub) -> None:
 def _register_fidelity(sub) -> None:
     """validate (published collective measurements) and calibrate (the local JAX device)."""
     def cmd_validate(args) -> int:
-        from .validate import format_report, validate
-        rep = validate(args.data, args.dataset)
-        print(json.dumps(rep, indent=1) if args.json else format_report(rep, rows=not args.summary))
+        from .validate import KINDS, format_all, run, summary
+        kinds = args.kind or list(KINDS)
+        log = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else (lambda m: None)
+        rep = run(kinds, args.data, args.dataset, loso=not args.blind_only, log=log)
+        if args.json:
+            print(json.dumps(rep, indent=1))
+        else:
+            print(summary(rep) if args.summary else format_all(rep))
         return 0
 
     def cmd_calibrate(args) -> int:
@@ -154,15 +159,19 @@ def _register_fidelity(sub) -> None:
         print(json.dumps(rep, indent=1) if args.json else format_report(rep))
         return 0
 
-    v = sub.add_parser("validate", help="the model's error against published collective measurements",
-                       description="For every dataset in data/measurements (CSV: system, collective, algorithm, "
-                                   "size_bytes, metric, value_GBps, source): the error of the uncalibrated presets "
-                                   "(blind) and, after fitting the network's latency and bandwidth scales on half of "
-                                   "the message sizes, on the other half (calibrated). Errors are of the time; "
-                                   "bandwidths in GB/s, sizes in bytes.")
-    v.add_argument("--data", metavar="DIR", help="folder of dataset CSVs (default: data/measurements)")
+    v = sub.add_parser("validate", help="the model's error against published measurements",
+                       description="Every dataset in data/measurements: whole training steps (steps/: the model's "
+                                   "best plan for each run, searched to its end, blind and leave-one-system-out "
+                                   "calibrated; several minutes), compute slowed by concurrent collectives "
+                                   "(contention/) and collective curves (collectives/: blind, and with the network's "
+                                   "latency and bandwidth scales fitted on half of the message sizes, on the other "
+                                   "half). Errors are of the time.")
+    v.add_argument("--kind", action="append", choices=("collectives", "contention", "steps"),
+                   help="only this kind of measurement; repeatable (default: all)")
+    v.add_argument("--data", metavar="DIR", help="folder holding collectives/, contention/, steps/ (default: data/measurements)")
     v.add_argument("--dataset", action="append", metavar="NAME", help="only this dataset (file stem); repeatable")
     v.add_argument("--summary", action="store_true", help="one line per dataset, no per-row table")
+    v.add_argument("--blind-only", action="store_true", help="steps: skip the leave-one-system-out calibration")
     _add_common(v)
     v.set_defaults(func=cmd_validate)
 

@@ -1,24 +1,27 @@
-"""Validation against published collective measurements (data/measurements/*.csv).
+"""Validation against published collective measurements (data/measurements/collectives/*.csv).
 
 Every CSV is one dataset: rows of (system preset, collective, algorithm, size in bytes, metric,
-measured GB/s, source). For each row the model's time comes from the collective cost functions
-(cost/collectives.py) on the named system, blind (the presets as they are), and calibrated: two
+measured value, source). For each row the model's time comes from the collective cost functions
+(cost/collectives) on the named system, blind (the presets as they are), and calibrated: two
 parameters of the network, a latency scale (every per-step latency and the launch) and a bandwidth
 scale (every link), fitted (optax, on the squared log error plus a weak pull towards 1) on half of
 the dataset's rows (every other row by message size) and judged on the other half.
 
-  metric busbw     nccl-tests bus bandwidth: time = size x f / busbw, f = 2(n-1)/n for all-reduce,
-                   (n-1)/n for all-gather, reduce-scatter and all-to-all
-  metric nvlink_bw / rdma_bw   DeepEP's bottleneck bandwidth: bytes a GPU moves over that link / time
-                   (an all-to-all spread evenly over the n ranks: (L-1)/n of it inside the node of
-                   L, (n-L)/n across nodes)
+  metric busbw_GBps   nccl-tests bus bandwidth: time = size x f / busbw, f = 2(n-1)/n for all-reduce,
+                      (n-1)/n for all-gather, reduce-scatter and all-to-all
+  metric time_us      the time itself (where the printed bus bandwidth has too few digits)
+  metric nvlink_GBps / rdma_GBps   DeepEP's bottleneck bandwidth: bytes a GPU moves over that link /
+                      time (an all-to-all spread evenly over the n ranks: (L-1)/n of it inside the
+                      node of L, (n-L)/n across nodes)
 
-Algorithms, as cost/collectives.py models them (core-driven, NCCL's protocols LL / LL128 / Simple,
+Algorithms, as cost/collectives models them (core-driven, NCCL's protocols LL / LL128 / Simple,
 the fastest taken): "ring" with the ring; "nvls" with NVLS (NVLink SHARP, the reduction in the
 switch) where the system's scale-up level says its switch reduces (switch_reduction), else with the
-ring (flagged); "default" (NCCL's own choice) with the fastest of the algorithms the model has (all-reduce:
-ring, tree, NVLS where available; all-gather and reduce-scatter: ring). All-to-all uses the direct
-form inside a node and the hierarchical one across.
+ring (flagged); "collnet" with the hierarchical all-reduce whose outer level reduces in its switches
+(SHARP) where the system's scale-out level says so; "default" (NCCL's own choice) with the fastest
+of the algorithms the model has (all-reduce: ring, tree, NVLS and in-network where available;
+all-gather and reduce-scatter: ring). All-to-all uses the direct form inside a node and the
+hierarchical one across.
 
 Error of a row: predicted / measured time - 1. Per dataset: the geometric-mean error
 exp(mean |ln(t_pred / t_meas)|) - 1 (a 2x miss either way counts as 100 %), and the largest one.
@@ -37,14 +40,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .config import DATA_DIR, ConfigError
-from .cost import collectives as coll
-from .hardware import load_system
+from ..config import DATA_DIR, ConfigError
+from ..cost import collectives as coll
+from ..hardware import load_system
 
-MEASUREMENTS = DATA_DIR / "measurements"
-COLUMNS = ("system", "collective", "algorithm", "size_bytes", "metric", "value_GBps", "source", "note")
+MEASUREMENTS = DATA_DIR / "measurements" / "collectives"
+COLUMNS = ("system", "collective", "algorithm", "size_bytes", "metric", "value", "source", "note")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-METRICS = ("busbw", "nvlink_bw", "rdma_bw")
+METRICS = ("busbw_GBps", "time_us", "nvlink_GBps", "rdma_GBps")
 TARGET_BLIND, TARGET_CALIBRATED = 0.15, 0.07
 RIDGE = 1e-3                 # on the log scales: a 2x scale costs as much as a 2 % misfit
 _ONE = {a: np.eye(4, dtype=np.float32)[i] for i, a in enumerate(("ring", "direct", "tree", "hierarchical"))}
@@ -57,7 +60,7 @@ class Row:
     algorithm: str
     size_bytes: float
     metric: str
-    value_GBps: float
+    value: float
     source: str
     note: str = ""
     train: bool = True
@@ -113,7 +116,7 @@ def _row(raw: dict, where: str) -> Row:
     if not (raw.get("source") or "").strip():
         raise ConfigError(where, "source", "is empty: every measurement names where it was published")
     return Row(raw["system"], raw["collective"], raw["algorithm"], num("size_bytes"), raw["metric"],
-               num("value_GBps"), raw["source"], raw.get("note") or "")
+               num("value"), raw["source"], raw.get("note") or "")
 
 
 # ----------------------------------------------------------------------------------- the model
@@ -135,34 +138,40 @@ def _a2a_volumes(system, V):
 def _bottleneck_bytes(row: Row, system) -> float:
     """The bytes the row's metric divides by its time."""
     n = system.num_chips
-    if row.metric == "busbw":
+    if row.metric in ("busbw_GBps", "time_us"):
         return float(row.size_bytes * _bus_factor(row.collective, n))
     _, inner, outer = _a2a_volumes(system, row.size_bytes)
-    return inner if row.metric == "nvlink_bw" else outer
+    return inner if row.metric == "nvlink_GBps" else outer
 
 
 def measured_seconds(row: Row, system) -> float:
-    return _bottleneck_bytes(row, system) / (row.value_GBps * 1e9)
+    if row.metric == "time_us":
+        return row.value * 1e-6
+    return _bottleneck_bytes(row, system) / (row.value * 1e9)
 
 
-def model_seconds(row: Row, system, latency_scale=1.0, bandwidth_scale=1.0):
-    """The model's time for the row (jnp scalar; differentiable in the two scales)."""
+def model_seconds(row: Row, system, latency_scale=1.0, bandwidth_scale=1.0, size_bytes=None):
+    """The model's time for the row (jnp scalar; differentiable in the two scales), or for the row's
+    collective at `size_bytes` instead of its own size (a tracer under vmap)."""
     net = coll.make_net(system, 0.0)
-    net = dataclasses.replace(
-        net, alpha=[a * latency_scale for a in net.alpha], setup_s=net.setup_s * latency_scale,
+    net = net.retuned(
+        alpha=[a * latency_scale for a in net.alpha], setup_s=net.setup_s * latency_scale,
         proto_base=tuple(b * latency_scale for b in net.proto_base),
         proto_step={k: tuple(x * latency_scale for x in v) for k, v in net.proto_step.items()},
-        nvls_latency_s=net.nvls_latency_s * latency_scale,
-        bw=[b * bandwidth_scale for b in net.bw], link_bw={k: v * bandwidth_scale for k, v in net.link_bw.items()})
+        nvls_latency_s=net.nvls_latency_s * latency_scale, innet_latency_s=net.innet_latency_s * latency_scale,
+        bw=[b * bandwidth_scale for b in net.bw], link_bw={k: v * bandwidth_scale for k, v in net.link_bw.items()},
+        nvls_Bps=net.nvls_Bps * bandwidth_scale, ll_max_Bps=net.ll_max_Bps * bandwidth_scale)
     top = len(system.levels) - 1
-    S = jnp.float32(row.size_bytes)
+    S = jnp.float32(row.size_bytes) if size_bytes is None else size_bytes
     if row.collective == "all_to_all":
-        vol, _, _ = _a2a_volumes(system, row.size_bytes)
+        vol, _, _ = _a2a_volumes(system, 1.0)
         algo = "hierarchical" if top > 0 else "direct"
-        v = jnp.asarray(vol)
+        v = jnp.asarray(vol) * S
         return coll.all_to_all(net, v, v, jnp.asarray(_ONE[algo]), jnp.max)
     if row.collective == "all_reduce" and row.algorithm == "nvls" and coll.has_nvls(net, 0, top):
         return coll.nvls_all_reduce(net, S, 0, top)
+    if row.collective == "all_reduce" and row.algorithm == "collnet" and top > 0 and net.reduces[top]:
+        return coll.all_reduce(net, S, 0, top, jnp.asarray(_ONE["hierarchical"]))
     if row.collective == "all_reduce" and row.algorithm == "default":
         return coll.nccl_all_reduce(net, S, 0, top)
     probs = jnp.asarray(_ONE["ring"])
@@ -187,9 +196,18 @@ def validate_dataset(ds: Dataset, iterations: int = 300) -> dict:
     split(ds.rows)
     meas = np.asarray([measured_seconds(r, systems[r.system]) for r in ds.rows])
 
+    # rows of one system, collective and algorithm differ only in size: one vmapped program each
+    groups = {}
+    for i, r in enumerate(ds.rows):
+        groups.setdefault((r.system, r.collective, r.algorithm), []).append(i)
+    order = np.argsort(np.concatenate([np.asarray(ix) for ix in groups.values()]))
+    sizes = [jnp.asarray([ds.rows[i].size_bytes for i in ix], jnp.float32) for ix in groups.values()]
+
     def predict(theta):
         lam, eta = jnp.exp(theta[0]), jnp.exp(theta[1])
-        return jnp.stack([model_seconds(r, systems[r.system], lam, eta) for r in ds.rows])
+        parts = [jax.vmap(lambda S, r=ds.rows[ix[0]]: model_seconds(r, systems[r.system], lam, eta, S))(sz)
+                 for ix, sz in zip(groups.values(), sizes)]
+        return jnp.concatenate(parts)[order]
 
     blind = np.asarray(jax.jit(predict)(jnp.zeros(2)))
     train = jnp.asarray([r.train for r in ds.rows], jnp.float32)
@@ -219,7 +237,7 @@ def validate_dataset(ds: Dataset, iterations: int = 300) -> dict:
     for r, m in zip(ds.rows, meas):
         bb = _bottleneck_bytes(r, systems[r.system])
         rows.append({"system": r.system, "collective": r.collective, "algorithm": r.algorithm, "size_bytes": r.size_bytes,
-                     "metric": r.metric, "measured_GBps": r.value_GBps, "blind_GBps": bb / r.blind_s / 1e9,
+                     "metric": r.metric, "measured_GBps": bb / float(m) / 1e9, "blind_GBps": bb / r.blind_s / 1e9,
                      "calibrated_GBps": bb / r.calibrated_s / 1e9, "measured_s": float(m), "blind_s": r.blind_s,
                      "calibrated_s": r.calibrated_s, "blind_err": r.blind_s / m - 1.0,
                      "calibrated_err": r.calibrated_s / m - 1.0, "split": "fit" if r.train else "held_out",
@@ -241,6 +259,10 @@ def _modelled_as(r: Row, system) -> str:
     nvls = len(system.levels) == 1 and system.levels[0].switch_reduction
     if r.collective == "all_reduce" and r.algorithm == "nvls":
         return f"NVLS {what} in the {levels} switch" if nvls else f"ring {what} over {levels} (no NVLS on this system)"
+    if r.collective == "all_reduce" and r.algorithm == "collnet":
+        innet = len(system.levels) > 1 and system.levels[-1].switch_reduction
+        return (f"hierarchical {what}, in the {system.levels[-1].name} switches" if innet
+                else f"ring {what} over {levels} (no in-network reduction on this system)")
     if r.collective == "all_reduce" and r.algorithm == "default":
         algos = "ring, tree, NVLS" if nvls else "ring, tree"
         return f"fastest of {algos} {what} over {levels}, fastest protocol each"

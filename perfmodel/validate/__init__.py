@@ -1,0 +1,89 @@
+"""Validation against published measurements (data/measurements/): collective curves
+(collectives.py), compute slowed by concurrent collectives (contention.py) and whole training steps
+(steps.py). `perfmodel validate` runs them all (run, format_all, summary)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import DATA_DIR, ConfigError
+from .collectives import (COLUMNS, METRICS, MEASUREMENTS, TARGET_BLIND, TARGET_CALIBRATED, Dataset, Row, _size,
+                          format_report, geomean_error, load_datasets, measured_seconds, model_seconds, split, validate,
+                          validate_dataset)
+
+KINDS = ("collectives", "contention", "steps")
+
+
+def run(kinds=KINDS, data: str | Path | None = None, datasets: list[str] | None = None, loso: bool = True,
+        log=lambda m: None) -> dict:
+    """Every dataset of the `kinds` asked (in data/measurements, or `data`'s subfolders of the same
+    names): the report of each kind's module, under its name."""
+    from . import contention, steps
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise ConfigError("", "kind", f"{bad[0]!r} is not a kind of measurement; allowed: {', '.join(KINDS)}")
+    root = Path(data) if data else DATA_DIR / "measurements"
+    names = {"collectives": [d.name for d in load_datasets(root / "collectives")] if "collectives" in kinds else [],
+             "contention": ["interference"], "steps": [d.name for d in steps.load_step_datasets(root / "steps")]
+             if "steps" in kinds else []}
+    if datasets:
+        known = sorted(n for k in kinds for n in names[k])
+        bad = [d for d in datasets if d not in known]
+        if bad:
+            raise ConfigError(str(root), "dataset", f"{bad[0]!r} is not a dataset; known: {', '.join(known)}")
+        kinds = [k for k in kinds if any(d in names[k] for d in datasets)]
+    out = {}
+    if "collectives" in kinds:
+        out["collectives"] = validate(root / "collectives", [d for d in datasets if d in names["collectives"]]
+                                      if datasets else None)
+    if "contention" in kinds:
+        out["contention"] = {"cases": contention.cases(root / "contention"), "target": contention.TARGET}
+    if "steps" in kinds:
+        sets = steps.load_step_datasets(root / "steps")
+        if datasets:
+            sets = [d for d in sets if d.name in datasets]
+        out["steps"] = {"datasets": [steps.validate_steps(d, calibrated=loso, log=log) for d in sets],
+                        "targets": {"blind_geomean": steps.TARGET_BLIND, "calibrated_geomean": steps.TARGET_CALIBRATED,
+                                    "max": steps.TARGET_MAX}}
+    return out
+
+
+def format_all(rep: dict, rows: bool = True) -> str:
+    from . import contention, steps
+    parts = []
+    if "steps" in rep:
+        parts.extend(steps.format_steps(d, rows) for d in rep["steps"]["datasets"])
+    if "contention" in rep:
+        parts.append(contention.format_cases(rep["contention"]["cases"]))
+    if "collectives" in rep:
+        parts.append(format_report(rep["collectives"], rows))
+    return "\n\n".join(parts)
+
+
+def summary(rep: dict) -> str:
+    """One line per dataset of every kind: rows, blind and calibrated errors, and whether each meets
+    its target."""
+    from . import contention, steps
+    lines = [f"{'kind':<12} {'dataset':<36} {'rows':>4} {'blind':>8} {'calibrated':>11}   targets (blind / calibrated)"]
+    ok = lambda x, t: f"{100 * x:>6.1f} %{'' if x <= t else ' !'}"
+    for d in rep.get("steps", {}).get("datasets", []):
+        cal = ok(d["calibrated_geomean_err"], steps.TARGET_CALIBRATED) if "calibrated_geomean_err" in d else "   -"
+        lines.append(f"{'steps':<12} {d['dataset']:<36} {len(d['rows']):>4} {ok(d['blind_geomean_err'], steps.TARGET_BLIND):>8} "
+                     f"{cal:>11}   {100 * steps.TARGET_BLIND:.0f} % / {100 * steps.TARGET_CALIBRATED:.0f} % (leave one system out); "
+                     f"largest {100 * d['blind_max_err']:.0f} % (<= {100 * steps.TARGET_MAX:.0f} %)")
+    if "contention" in rep:
+        cs = rep["contention"]["cases"]
+        worst = max(abs(c["err"]) for c in cs)
+        lines.append(f"{'contention':<12} {'interference':<36} {len(cs):>4} {ok(worst, contention.TARGET):>8} {'-':>11}   "
+                     f"every case within {100 * contention.TARGET:.0f} % (largest error shown)")
+    for d in rep.get("collectives", {}).get("datasets", []):
+        lines.append(f"{'collectives':<12} {d['dataset']:<36} {len(d['rows']):>4} {ok(d['blind_geomean_err'], TARGET_BLIND):>8} "
+                     f"{ok(d['calibrated_geomean_err'], TARGET_CALIBRATED):>11}   {100 * TARGET_BLIND:.0f} % / "
+                     f"{100 * TARGET_CALIBRATED:.0f} % (held-out sizes)")
+    lines.append("errors: geometric mean of |ln(predicted / measured)|, as a percentage; ! misses its target")
+    return "\n".join(lines)
+
+
+__all__ = ["KINDS", "run", "format_all", "summary", "COLUMNS", "METRICS", "MEASUREMENTS", "TARGET_BLIND",
+           "TARGET_CALIBRATED", "Dataset", "Row", "format_report", "geomean_error", "load_datasets", "measured_seconds",
+           "model_seconds", "split", "validate", "validate_dataset"]

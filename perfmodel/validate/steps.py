@@ -1,0 +1,296 @@
+"""Validation against measured whole training steps (data/measurements/steps/*.csv).
+
+Every CSV is one dataset: rows of (system preset, model preset, global batch, what the run used:
+dense compute dtype, the precisions its all-to-alls and gradient sync may use, in-network reduction;
+measured ms per step, source). For each row:
+
+  blind        the step of the model's best plan for the run: a search (seed 0, run to its end:
+               budget_s=None) on the named system at the run's batch and precisions, the presets as
+               they are; greedy's step beside it. Where the run's software fixes plan settings
+               (plan_settings, e.g. overlap_chunks=1: no chunked overlap of the all-to-alls with
+               the dense layers), the search's plan takes them and its tables are searched again
+               with every setting held
+  calibrated   leave one system out: the shared parameters below fitted (optax, squared log error
+               plus a weak pull towards 1) on every other system's rows, with their blind plans held,
+               then this system's plan searched again at the fitted parameters
+
+Shared parameters: properties of the libraries every measured system runs (all of them NVIDIA GPUs
+with cuBLAS, NCCL and the embedding kernels of one framework), never of a system or a row:
+  gemm     the dense GEMMs' efficiency (every chip's matmul_efficiency_max, scaled)
+  gather   the embedding kernels' random-row efficiency (every chip's gather_efficiency_max, scaled)
+  latency  the collectives' per-step and per-call latencies (every link's, scaled)
+
+Error of a row: predicted / measured step - 1; per dataset the geometric-mean error
+exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..config import DATA_DIR, ConfigError
+from ..plan import PRECISIONS, Plan, plan_from_dict, to_arrays
+
+STEPS = DATA_DIR / "measurements" / "steps"
+COLUMNS = ("system", "model", "global_batch", "dense_dtype", "comm_precisions", "in_network_reduction",
+           "plan_settings", "ms_per_step", "run", "source")
+SETTINGS = {"overlap_chunks": int, "grad_buckets": int, "pipeline": bool, "offload": bool, "dense": str}
+DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}     # fp16 runs and moves as bf16 does
+PARAMETERS = ("gemm", "gather", "latency")
+TARGET_BLIND, TARGET_CALIBRATED, TARGET_MAX = 0.10, 0.12, 0.25
+RIDGE = 1e-2                 # on the log scales: a 2x scale costs as much as a 7 % misfit per row
+FIT_STEPS = 300
+
+
+@dataclass
+class StepRow:
+    system: str
+    model: str
+    global_batch: int
+    dense_dtype: str
+    precisions: tuple[str, ...]
+    in_network: bool
+    settings: dict
+    ms_per_step: float
+    run: str
+    source: str
+    where: str
+
+
+@dataclass
+class StepDataset:
+    name: str
+    path: Path
+    rows: list[StepRow] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------- loading
+
+def load_step_datasets(folder: str | Path | None = None) -> list[StepDataset]:
+    """Every CSV of `folder` (default data/measurements/steps), checked: one clear error per problem."""
+    folder = Path(folder) if folder else STEPS
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "", "no such folder of step measurements")
+    out = []
+    for path in sorted(folder.glob("*.csv")):
+        ds = StepDataset(path.stem, path)
+        try:
+            with path.open(newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+                if missing:
+                    raise ConfigError(str(path), missing[0], f"column is missing; a step dataset has columns {', '.join(COLUMNS)}")
+                for i, raw in enumerate(reader, start=2):
+                    ds.rows.append(_row(raw, f"{path}:{i}"))
+        except UnicodeDecodeError as err:
+            raise ConfigError(str(path), "", f"is not UTF-8 text: {err.reason} at byte {err.start}") from None
+        if not ds.rows:
+            raise ConfigError(str(path), "", "holds no rows")
+        out.append(ds)
+    return out
+
+
+def _row(raw: dict, where: str) -> StepRow:
+    from ..evaluate import as_model, as_system
+
+    def num(key, integer=False):
+        try:
+            v = float(raw[key])
+        except (TypeError, ValueError):
+            raise ConfigError(where, key, f"must be a number, got {raw[key]!r}") from None
+        if not (v > 0 and math.isfinite(v)) or (integer and v != int(v)):
+            raise ConfigError(where, key, f"must be a positive finite {'integer' if integer else 'number'}, got {raw[key]!r}")
+        return v
+    dtype = raw["dense_dtype"].strip()
+    if dtype not in DTYPES:
+        raise ConfigError(where, "dense_dtype", f"is {dtype!r}; allowed: {', '.join(DTYPES)}")
+    precisions = tuple(p.strip() for p in raw["comm_precisions"].split(",") if p.strip())
+    bad = [p for p in precisions if p not in DTYPES]
+    if not precisions or bad:
+        raise ConfigError(where, "comm_precisions", f"must list precisions among {', '.join(DTYPES)}; got {raw['comm_precisions']!r}")
+    innet = raw["in_network_reduction"].strip().lower()
+    if innet not in ("yes", "no"):
+        raise ConfigError(where, "in_network_reduction", f"must be yes or no, got {raw['in_network_reduction']!r}")
+    if not (raw.get("source") or "").strip():
+        raise ConfigError(where, "source", "is empty: every measurement names where it was published")
+    settings = {}
+    for item in (x.strip() for x in (raw.get("plan_settings") or "").split(";")):
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in SETTINGS:
+            raise ConfigError(where, "plan_settings", f"{key!r} is not a plan setting a run can fix; allowed: {', '.join(SETTINGS)}")
+        try:
+            settings[key] = (value.lower() in ("true", "yes", "1")) if SETTINGS[key] is bool else SETTINGS[key](value)
+        except ValueError:
+            raise ConfigError(where, "plan_settings", f"{key} = {value!r} is not a {SETTINGS[key].__name__}") from None
+    try:
+        system = as_system(raw["system"])
+        as_model(raw["model"])
+    except ConfigError as err:
+        raise ConfigError(where, err.field or "system", err.message) from None
+    top = system.levels[-1]
+    if innet == "yes" and not (len(system.levels) > 1 and top.switch_reduction):
+        raise ConfigError(where, "in_network_reduction", f"is yes but {raw['system']}'s {top.name} level does not reduce "
+                          "in its switches (switch_reduction = true)")
+    return StepRow(raw["system"], raw["model"], int(num("global_batch", True)), DTYPES[dtype],
+                   tuple(dict.fromkeys(DTYPES[p] for p in precisions)), innet == "yes", settings, num("ms_per_step"),
+                   raw.get("run", ""), raw["source"], where)
+
+
+def problem(row: StepRow):
+    """(system, model) of a row: the presets, the model at the run's batch and dense dtype."""
+    from ..evaluate import as_model, as_system
+    system, model = as_system(row.system), as_model(row.model)
+    model = dataclasses.replace(model, global_batch=jnp.float32(row.global_batch), dense_dtype=row.dense_dtype)
+    return system, model
+
+
+# ----------------------------------------------------------------------------- shared parameters
+
+def scaled(system, theta):
+    """The system with the shared parameters (log scales, PARAMETERS order) applied."""
+    gemm, gather, lat = (jnp.exp(theta[i]) for i in range(len(PARAMETERS)))
+    chip = dataclasses.replace(system.chip, matmul_eff_max=jnp.minimum(system.chip.matmul_eff_max * gemm, 1.0),
+                               gather_eff_max=jnp.minimum(system.chip.gather_eff_max * gather, 1.0),
+                               launch_s=system.chip.launch_s * lat, scale_up_latency_s=system.chip.scale_up_latency_s * lat,
+                               core_call_s=system.chip.core_call_s * lat)
+    nic = dataclasses.replace(system.nic, latency_s=system.nic.latency_s * lat, per_message_s=system.nic.per_message_s * lat,
+                              pcie_latency_s=system.nic.pcie_latency_s * lat)
+    levels = tuple(dataclasses.replace(lv, latency_s=lv.latency_s * lat) for lv in system.levels)
+    return system.replace(chip=chip, nic=nic, levels=levels)
+
+
+# ----------------------------------------------------------------------------------- the model
+
+def best_plan(system, model, row: StepRow) -> Plan:
+    """The model's best plan for the run: a search run to its end (reproducible), seed 0; with the
+    run's fixed settings applied and its tables searched again (module docstring)."""
+    from ..search.api import search
+    precisions = tuple(p for p in PRECISIONS if p in row.precisions)
+    plan = search(system, model, budget_s=None, seed=0, precisions=precisions).plan
+    if row.settings:
+        held = dataclasses.replace(plan, **row.settings)
+        plan = search(system, model, budget_s=None, seed=0, precisions=precisions, start=held, freeze_settings=True).plan
+    return plan
+
+
+def _step_ms(system, model, plan) -> float:
+    from ..evaluate import evaluate
+    return float(evaluate(system, model, plan).step_s) * 1e3
+
+
+def _log_step(theta, system, model, pa):
+    from ..evaluate import _evaluate
+    return jnp.log(_evaluate(scaled(system, theta), model, pa, 0.0).step_s)
+
+
+_log_step_grad = jax.jit(jax.value_and_grad(_log_step))
+
+
+def fit(rows: list[StepRow], plans: list[Plan], weights, iterations: int = FIT_STEPS) -> np.ndarray:
+    """Shared log scales fitted on the rows of weight 1, their plans held: Adam on the mean squared
+    log error plus RIDGE x |theta|^2, each row's step and gradient from one compiled program per
+    problem shape (reused by every fold and step)."""
+    probs = [problem(r) for r in rows]
+    pas = [to_arrays(p, s, m) for p, (s, m) in zip(plans, probs)]
+    y = np.log(np.asarray([r.ms_per_step * 1e-3 for r in rows]))
+    w = np.asarray(weights, np.float64)
+    opt = optax.adam(0.03)
+    theta = jnp.zeros(len(PARAMETERS), jnp.float32)
+    state = opt.init(theta)
+    for _ in range(iterations):
+        g = 2.0 * RIDGE * np.asarray(theta, np.float64)
+        for (system, model), pa, yi, wi in zip(probs, pas, y, w):
+            if wi == 0:
+                continue
+            value, grad = _log_step_grad(theta, system, model, pa)
+            g = g + wi * 2.0 * (float(value) - yi) * np.asarray(grad, np.float64) / w.sum()
+        updates, state = opt.update(jnp.asarray(g, jnp.float32), state, theta)
+        theta = optax.apply_updates(theta, updates)
+    return np.asarray(theta)
+
+
+def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None) -> dict:
+    """Blind and leave-one-system-out errors of one step dataset (module docstring)."""
+    from ..search.greedy import greedy_plan
+    rows = ds.rows
+    plans, blind, greedy = [], [], []
+    for r in rows:
+        system, model = problem(r)
+        log(f"searching {r.system} at batch {r.global_batch}")
+        plan = best_plan(system, model, r)
+        plans.append(plan)
+        blind.append(_step_ms(system, model, plan))
+        greedy.append(_step_ms(system, model, greedy_plan(system, model)))
+    meas = np.asarray([r.ms_per_step for r in rows])
+    out_rows = [{"system": r.system, "model": r.model, "global_batch": r.global_batch, "dense_dtype": r.dense_dtype,
+                 "precisions": list(r.precisions), "in_network_reduction": r.in_network, "run": r.run,
+                 "measured_ms": float(m), "blind_ms": b, "greedy_ms": g, "blind_err": b / m - 1.0,
+                 "greedy_err": g / m - 1.0, "plan": p.to_dict(), "source": r.source}
+                for r, m, b, g, p in zip(rows, meas, blind, greedy, plans)]
+    rep = {"dataset": ds.name, "file": str(ds.path), "rows": out_rows,
+           "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1)))}
+    if calibrated:
+        systems = sorted({r.system for r in rows})
+        folds = {}
+        for name in systems:
+            w = [0.0 if r.system == name else 1.0 for r in rows]
+            log(f"fitting without {name}")
+            theta = fit(rows, plans, w)
+            folds[name] = [float(x) for x in theta]
+            for i, r in enumerate(rows):
+                if r.system != name:
+                    continue
+                system, model = problem(r)
+                system = scaled(system, jnp.asarray(theta))
+                plan = best_plan(system, model, r)
+                out_rows[i]["calibrated_ms"] = _step_ms(system, model, plan)
+                out_rows[i]["calibrated_err"] = out_rows[i]["calibrated_ms"] / out_rows[i]["measured_ms"] - 1.0
+                out_rows[i]["calibrated_plan"] = plan.to_dict()
+        cal = [r["calibrated_ms"] for r in out_rows]
+        rep.update({"calibrated_geomean_err": geomean(cal, meas),
+                    "calibrated_max_err": float(np.max(np.abs(np.asarray(cal) / meas - 1))),
+                    "folds": {k: dict(zip(PARAMETERS, v)) for k, v in folds.items()}})
+    return rep
+
+
+def geomean(pred, meas) -> float:
+    r = np.abs(np.log(np.asarray(pred, np.float64) / np.asarray(meas, np.float64)))
+    return float(np.exp(r.mean()) - 1.0) if r.size else float("nan")
+
+
+def row_plan(row: dict, system, model) -> Plan:
+    """The plan a results row holds, checked against its problem."""
+    return plan_from_dict(row["plan"], system, model, src="results")
+
+
+def format_steps(rep: dict, rows: bool = True) -> str:
+    cal = "calibrated_geomean_err" in rep
+    lines = [f"{rep['dataset']}  ({rep['file']}): blind {100 * rep['blind_geomean_err']:.1f} % (max "
+             f"{100 * rep['blind_max_err']:.0f} %)" + (f", leave-one-system-out {100 * rep['calibrated_geomean_err']:.1f} % "
+                                                      f"(max {100 * rep['calibrated_max_err']:.0f} %)" if cal else "")]
+    if rows:
+        lines.append(f"  {'system':<12} {'batch':>7} {'measured':>9} {'blind':>8} {'err':>7} {'greedy':>8} {'err':>7}"
+                     + (f" {'LOSO':>8} {'err':>7}" if cal else "") + "   run")
+        for r in rep["rows"]:
+            lines.append(f"  {r['system']:<12} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms {r['blind_ms']:>6.3f}ms "
+                         f"{100 * r['blind_err']:>6.1f}% {r['greedy_ms']:>6.3f}ms {100 * r['greedy_err']:>6.1f}%"
+                         + (f" {r['calibrated_ms']:>6.3f}ms {100 * r['calibrated_err']:>6.1f}%" if cal else "")
+                         + f"   {r['run']}")
+    return "\n".join(lines)
+
+
+def save_results(rep: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(rep, indent=1) + "\n")
