@@ -139,17 +139,22 @@ class System:
 def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
     """Per-chip, per-direction line rate (bytes/s) of the scale-up and scale-out links.
 
-    A NIC that serves scale-up splits its active bandwidth: up = f * B_nic, out = (1 - f) * B_nic.
-    Otherwise scale-up is the dedicated link and scale-out the NIC. Behind PCIe (pcie = 1) the NIC
-    bandwidth is capped by the PCIe link: B_eff = B_nic * min(1, B_pcie / B_nic).
+    Behind PCIe (pcie = 1) the NIC's bandwidth B_nic = ports x port bandwidth is capped by the PCIe
+    link; pcie in between blends the two: B_eff = (1 - pcie) B_nic + pcie min(B_nic, B_pcie).
+    A NIC that serves scale-up splits it: up = f B_eff, out = (1 - f) B_eff. Otherwise scale-up is
+    the dedicated link and scale-out the NIC.
+
+    Written as sums and products of non-negative terms (no ratio of the two bandwidths, no
+    1 + x - 1), so float32 keeps it exact at pcie = 0 or 1 (B_eff is B_nic or min(B_nic, B_pcie)
+    to the bit) and monotone in every input over the schema's whole range.
     """
     nic, chip = system.nic, system.chip
     total = nic.active_ports * nic.port_Bps
     xp = jnp if isinstance(total, jax.Array) else np          # numpy arrays: cost.arrays
-    cap = 1.0 + nic.pcie * (xp.minimum(1.0, nic.pcie_Bps / total) - 1.0)
+    eff = (1.0 - nic.pcie) * total + nic.pcie * xp.minimum(total, nic.pcie_Bps)
     if nic.serves_scale_up:
-        return nic.scale_up_fraction * total * cap, (1.0 - nic.scale_up_fraction) * total * cap
-    return chip.scale_up_Bps, total * cap
+        return nic.scale_up_fraction * eff, (1.0 - nic.scale_up_fraction) * eff
+    return chip.scale_up_Bps, eff
 
 
 def link_efficiencies(system: System) -> tuple[jax.Array, jax.Array]:
