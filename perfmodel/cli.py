@@ -259,13 +259,14 @@ def _refuse_empty(args) -> None:
                 raise ConfigError("", f"--{dest.replace('_', '-')}", "is empty; give a value (or leave the flag out)")
 
 
-def _interrupted() -> int:
-    """Ctrl-C: one line and exit code 130 (128 + SIGINT). Work still running in other threads (an XLA
-    compile cannot be stopped) would hold the process until it ends, or abort it at shutdown: the
-    process ends now instead. Results are written only at the end, so nothing is left half-written."""
+def _interrupted(whole_process: bool) -> int:
+    """Ctrl-C: one line and exit code 130 (128 + SIGINT). Results are written only at the end, so
+    nothing is left half-written. Work still running in other threads (an XLA compile cannot be
+    stopped) would hold the process until it ends, or abort it at shutdown: when main() is the
+    whole process (no argv: the console script, python -m perfmodel), the process ends now."""
     print("perfmodel: interrupted", file=sys.stderr)
     busy = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
-    if busy:
+    if whole_process and busy:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perfmodel: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return _interrupted()
+        return _interrupted(whole_process=argv is None)
     except BrokenPipeError:        # the reader went away (`perfmodel search ... | head`): stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush
