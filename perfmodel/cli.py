@@ -35,11 +35,11 @@ def _cmd_evaluate(args) -> int:
     check_plan_output(args.save_plan)
     system = load_system(args.system, chip=args.chip)
     model = load_model(args.model)
-    plan = load_plan(args.plan, system, model) if args.plan is not None else default_plan(system, model)
     guard = None
-    if args.guard:
+    if args.guard is not None:
         from .search.guard import load_shard_costs
         guard = load_shard_costs(args.guard, system, model)
+    plan = load_plan(args.plan, system, model) if args.plan is not None else default_plan(system, model)
     bd = evaluate(system, model, plan)
     if args.save_plan is not None:
         plan.save(args.save_plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,14 @@ def read_file(path: str | Path) -> dict[str, Any]:
     """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file,
     and so does a file that cannot be read (a name too long, no permission, /proc/self/mem)."""
     path = Path(path)
-    if not is_file(path):
-        raise ConfigError(str(path), "", "no such file")
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigError(str(path), "", "no such file") from None
+    except (OSError, ValueError) as err:          # a name too long, a bad byte, no permission
+        raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(str(path), "", "is not a file")
     try:
         if path.suffix == ".json":
             data = json.loads(path.read_text())

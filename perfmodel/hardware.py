@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, Section, exists, is_file, preset_names, preset_path, read_file
+from .config import ConfigError, Section, exists, preset_names, preset_path, read_file
 from .schema import CHIP, GB, GBIT, GBPS, MAX_CHIPS, SYSTEM, TF, US
 
 
@@ -189,7 +189,7 @@ def load_chip(name_or_path: str | Path) -> Chip:
 
 
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
-    """The file of a preset name, or the path itself (one with a .toml / .json suffix, or any file
+    """The file of a preset name, or the path itself (one with a .toml / .json suffix, or anything
     that exists); ConfigError naming what was wrong otherwise."""
     what = kind[:-1]
     if not isinstance(name_or_path, (str, Path)):
@@ -199,9 +199,7 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
         raise ConfigError("", what, f"is empty; give a {what} preset name or a file path")
     p = Path(name_or_path)
     if p.suffix in (".toml", ".json") or exists(p):
-        if not is_file(p):
-            raise ConfigError(str(p), "", "no such file")
-        return p
+        return p                  # read_file says what is wrong with it, if anything
     return preset_path(kind, str(name_or_path))
 
 
