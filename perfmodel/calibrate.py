@@ -55,6 +55,7 @@ from .cost.embedding import embedding_costs
 from .evaluate import _evaluate
 from .hardware import System, load_system
 from .plan import Plan, TablePlan, to_arrays
+from .schema import CHIP
 from .workload import Dense, parse_model
 
 KINDS = ("memory", "matmul", "embedding", "step")
@@ -560,19 +561,6 @@ def errors(ms: list[Measurement]) -> dict:
 
 # ------------------------------------------------------------------------------------ writing
 
-_UNITS = {  # (section, key) -> (Chip field or None, SI scale)
-    ("compute", "peak_bf16_TFLOPs"): ("peak_bf16_flops", 1e12), ("compute", "peak_fp8_TFLOPs"): ("peak_fp8_flops", 1e12),
-    ("compute", "peak_fp32_TFLOPs"): ("peak_fp32_flops", 1e12), ("compute", "launch_overhead_us"): ("launch_s", 1e-6),
-    ("compute", "compute_units"): ("compute_units", 1.0),
-    ("compute", "matmul_efficiency_max"): ("matmul_eff_max", 1.0),
-    ("compute", "matmul_half_efficiency_GFLOP"): ("matmul_half_flop", 1e9),
-    ("memory", "hbm_bandwidth_GBps"): ("hbm_Bps", 1e9), ("memory", "hbm_efficiency"): ("hbm_eff", 1.0),
-    ("memory", "llc_capacity_MB"): ("llc_bytes", 1e6), ("memory", "llc_bandwidth_GBps"): ("llc_Bps", 1e9),
-    ("memory", "gather_efficiency_max"): ("gather_eff_max", 1.0),
-    ("memory", "gather_half_efficiency_row_bytes"): ("gather_half_row_bytes", 1.0),
-}
-
-
 def _fmt(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -620,11 +608,15 @@ def chip_toml(name: str, chip, base: str, device: str, date: str, command: str, 
             continue
         lines += ["", f"[{sec}]"]
         for key, val in body.items():
-            field_ = _UNITS.get((sec, key))
+            spec = CHIP.get(f"{sec}.{key}")
+            leaf = spec.leaf.split(".", 1)[1] if spec and spec.leaf and spec.leaf.startswith("chip.") else None
             comment = ""
-            if field_ and field_[0] in fitted:
-                val = float(np.asarray(getattr(chip, field_[0]))) / field_[1]
-                comment = f"# source: {fitted[field_[0]]} {where}"
+            if leaf in fitted:
+                val = float(np.asarray(getattr(chip, leaf))) / spec.scale
+                comment = f"# source: {fitted[leaf]} {where}"
+                if not spec.lo <= val <= spec.hi:       # a fit past what the model takes: the file must load
+                    val = min(max(val, spec.lo), spec.hi)
+                    comment += f" (fit clipped to the model's bound: {spec.allowed()})"
             elif isinstance(val, (int, float)) and not isinstance(val, bool):
                 orig = base_comment.get((sec, key), "")
                 if same_chip and ":" in orig:

@@ -1,4 +1,9 @@
-"""The `perfmodel` command line: evaluate and list (search, sweep, ... arrive with their issues)."""
+"""The `perfmodel` command line: evaluate, list and cache here; search, sweep, sensitivity, trace,
+plot, validate and calibrate in the modules it registers.
+
+A user's mistake ends in one line, `perfmodel: error: <file or argument>: field '<x>': <what is
+allowed>`, and exit code 2; Ctrl-C in one line and exit code 130. Any other exception is
+perfmodel's own fault and shows its traceback."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 
 from .cache import enable_compile_cache
 from .config import ConfigError, read_file
@@ -15,19 +21,27 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
 
+def check_plan_output(path) -> None:
+    """A plan is written as JSON, which `--plan` reads back: a new .json file where one can be written."""
+    if path is not None:
+        from .analysis.table import check_output
+        check_output(path, (".json",), "plan JSON")
+
+
 def _cmd_evaluate(args) -> int:
     from . import default_plan, evaluate, load_model, load_plan, load_system
     from .report import format_breakdown, to_dict
 
+    check_plan_output(args.save_plan)
     system = load_system(args.system, chip=args.chip)
     model = load_model(args.model)
-    plan = load_plan(args.plan, system, model) if args.plan else default_plan(system, model)
     guard = None
-    if args.guard:
+    if args.guard is not None:
         from .search.guard import load_shard_costs
         guard = load_shard_costs(args.guard, system, model)
+    plan = load_plan(args.plan, system, model) if args.plan is not None else default_plan(system, model)
     bd = evaluate(system, model, plan)
-    if args.save_plan:
+    if args.save_plan is not None:
         plan.save(args.save_plan)
     value = guard.value(plan, system, model) if guard is not None else None
     met = guard is not None and guard.within(value)
@@ -37,7 +51,7 @@ def _cmd_evaluate(args) -> int:
             out["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
         print(json.dumps(out, indent=2))
     else:
-        src = args.plan or "default (greedy) plan"
+        src = args.plan if args.plan is not None else "default (greedy) plan"
         print(format_breakdown(bd, f"{model.name} on {system.name} ({system.num_chips} x {system.chip.name}), plan: {src}"))
         if guard is not None:
             from .cli_search import guard_line
@@ -241,16 +255,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# arguments that name a file, a preset or a list: an empty one is a mistake, never "not given"
+_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "out", "plot", "data", "measurements",
+              "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y")
+
+
+def _refuse_empty(args) -> None:
+    for dest in _NOT_EMPTY:
+        value = getattr(args, dest, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and not v.strip():
+                raise ConfigError("", f"--{dest.replace('_', '-')}", "is empty; give a value (or leave the flag out)")
+
+
+def _interrupted(whole_process: bool) -> int:
+    """Ctrl-C: one line and exit code 130 (128 + SIGINT). Results are written only at the end, so
+    nothing is left half-written. Work still running in other threads (an XLA compile cannot be
+    stopped) would hold the process until it ends, or abort it at shutdown: when main() is the
+    whole process (no argv: the console script, python -m perfmodel), the process ends now."""
+    print("perfmodel: interrupted", file=sys.stderr)
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if whole_process and busy:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     enable_compile_cache()
     try:
+        _refuse_empty(args)
         rc = args.func(args)
         sys.stdout.flush()         # inside the try: a reader gone shows here, not at exit
         return rc
     except ConfigError as err:
         print(f"perfmodel: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted(whole_process=argv is None)
     except BrokenPipeError:        # the reader went away (`perfmodel search ... | head`): stop quietly
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush

@@ -28,7 +28,7 @@ def _load(args, system_attr: str = "system"):
 
 def _plan(args, system, model):
     from . import default_plan, load_plan
-    if getattr(args, "plan", None) in (None, ""):
+    if getattr(args, "plan", None) is None:
         return default_plan(system, model)
     return load_plan(args.plan, system, model)
 
@@ -39,36 +39,68 @@ def _need(args, *names):
             raise ConfigError("", f"--{n.replace('_', '-')}", "is required")
 
 
-def _check_outputs(*paths):
-    from .analysis.table import check_new_file
+TABLE_FORMATS = (".csv", ".json")
+
+
+def _check_outputs(*outputs):
+    """(path, kind) of each output ("table", "figure", "trace"; a path may be None): each a new file
+    of its kind that can be written, checked before any work (see table.check_output)."""
+    from .analysis.table import check_output
     seen = set()
-    for p in paths:
-        if p:
-            if p in seen:
-                raise ConfigError(p, "", "is given twice as an output")
-            seen.add(p)
-            check_new_file(p)
+    for p, kind in outputs:
+        if p is None:
+            continue
+        if p in seen:
+            raise ConfigError(p, "", "is given twice as an output")
+        seen.add(p)
+        if kind == "figure":
+            _agg()
+            from .plots import check_figure_path
+            check_figure_path(p)
+        else:
+            check_output(p, TABLE_FORMATS if kind == "table" else (), kind)
+
+
+def _varies(specs) -> dict:
+    """--vary NAME=VALUES, each knob once, as {name: values}."""
+    from .analysis import parse_vary
+    vary = {}
+    for spec in specs:
+        name, values = parse_vary(spec)
+        if name in vary:
+            raise ConfigError("", f"vary.{name}", "is given twice")
+        vary[name] = values
+    return vary
+
+
+def _ints(text, flag: str, what: str) -> list[int]:
+    """Comma-separated integers of a flag, e.g. --chips 16,64; ConfigError naming the flag otherwise."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError("", flag, f"{text!r} must be comma-separated {what}, e.g. 0,7,63") from None
+    if not out:
+        raise ConfigError("", flag, f"{text!r} lists no {what}")
+    return out
+
+
+def _at_least_one(value: int, flag: str) -> None:
+    if value < 1:
+        raise ConfigError("", flag, f"must be an integer >= 1, got {value}")
 
 
 # ------------------------------------------------------------------------------------------ sweep
 
 def _cmd_sweep(args) -> int:
-    from .analysis import knobs, parse_vary, sweep
+    from .analysis import knobs, sweep
     from .analysis.table import format_table, records, save_table
 
     if args.list_knobs:
         print(knobs.describe())
         return 0
     _need(args, "system", "model", "vary")
-    vary = {}
-    for spec in args.vary:
-        name, values = parse_vary(spec)
-        if name in vary:
-            raise ConfigError("", f"vary.{name}", "is given twice")
-        vary[name] = values
-    _check_outputs(args.out, args.plot)
-    if args.plot:
-        _agg()
+    vary = _varies(args.vary)
+    _check_outputs((args.out, "table"), (args.plot, "figure"))
     x = args.x or next(iter(vary))
     if x not in vary:
         raise ConfigError("", "--x", f"{x!r} is not one of the varied knobs ({', '.join(vary)})")
@@ -124,25 +156,28 @@ def _cmd_sensitivity(args) -> int:
 
 # ------------------------------------------------------------------------------------------ trace
 
-def _devices(text):
-    if not text:
+def _devices(args, system):
+    """--devices as ranks of `system` (None: sampled), checked before anything is evaluated."""
+    if args.devices is None:
         return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError("", "--devices", f"{text!r} must be comma-separated ranks, e.g. 0,7,63") from None
+    ranks = _ints(args.devices, "--devices", "ranks")
+    bad = [d for d in ranks if not 0 <= d < system.num_chips]
+    if bad:
+        raise ConfigError("", "--devices", f"rank {bad[0]} does not exist: {system.name} has ranks 0..{system.num_chips - 1}")
+    return ranks
 
 
 def _cmd_trace(args) -> int:
     from . import evaluate
     from .trace import chrome_trace, save_trace
 
-    _check_outputs(args.out)
+    _check_outputs((args.out, "trace"))
+    _at_least_one(args.max_devices, "--max-devices")
     system, model = _load(args)
+    devices = _devices(args, system)
     plan = _plan(args, system, model)
     bd = evaluate(system, model, plan)
-    tr = chrome_trace(bd, model, devices=_devices(args.devices), max_devices=args.max_devices,
-                      title=f"{model.name} on {system.name}")
+    tr = chrome_trace(bd, model, devices=devices, max_devices=args.max_devices, title=f"{model.name} on {system.name}")
     save_trace(tr, args.out)
     n = sum(1 for e in tr["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.out}: one step of {model.name} on {system.name} ({float(bd.step_s) * 1e3:.3f} ms), "
@@ -154,10 +189,10 @@ def _cmd_trace(args) -> int:
 # ------------------------------------------------------------------------------------------ plot
 
 def _cmd_plot(args) -> int:
-    _check_outputs(args.out)
-    _agg()
+    _check_outputs((args.out, "figure"))
+    _at_least_one(args.max_devices, "--max-devices")
     from . import load_model, plots
-    from .analysis import parse_vary, sweep
+    from .analysis import sweep
     from .analysis.scaling import compare, evaluate_systems, scaling
 
     kind = args.kind
@@ -165,6 +200,8 @@ def _cmd_plot(args) -> int:
     if kind in ("breakdown", "pareto"):
         _need(args, "systems")
         names = [s.strip() for s in args.systems.split(",") if s.strip()]
+        if not names:
+            raise ConfigError("", "--systems", f"{args.systems!r} lists no system; give names, e.g. mtia300-64,h100-64")
         bds = evaluate_systems(names, model)
         if kind == "breakdown":
             ax = plots.breakdown(bds, title=f"{model.name}: where the step goes (slowest device)")
@@ -176,15 +213,14 @@ def _cmd_plot(args) -> int:
         _need(args, "system")
         if kind == "tradeoff":
             system, _ = _load(args)
-            vary = dict(parse_vary(v) for v in (args.vary or DEFAULT_TRADEOFF))
+            vary = _varies(args.vary or DEFAULT_TRADEOFF)
             if "scale_out_bandwidth_GBps" not in vary:
                 raise ConfigError("", "--vary", "plot tradeoff needs scale_out_bandwidth_GBps among the knobs")
             table = sweep(system, model, vary)
             ax = plots.tradeoff(table, title=f"{model.name} on {system.name}: step time vs scale-out NIC bandwidth")
         elif kind == "scaling":
-            chips = [int(c) for c in (args.chips or "").split(",") if c.strip()]
-            if not chips:
-                raise ConfigError("", "--chips", "is required: chip counts, e.g. 16,64,256")
+            _need(args, "chips")
+            chips = _ints(args.chips, "--chips", "chip counts")
             modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
             tables = [scaling(args.system, model, chips, mode=m) for m in modes]
             from .analysis.table import columns, make_table
@@ -194,8 +230,9 @@ def _cmd_plot(args) -> int:
         else:  # timeline
             from . import evaluate
             system, _ = _load(args)
+            devices = _devices(args, system)
             bd = evaluate(system, model, _plan(args, system, model))
-            ax = plots.timeline(bd, devices=_devices(args.devices), max_devices=args.max_devices, model=model,
+            ax = plots.timeline(bd, devices=devices, max_devices=args.max_devices, model=model,
                                 title=f"{model.name} on {system.name}: one step")
     plots.save_figure(ax, args.out)
     print(f"wrote {args.out}")
@@ -227,7 +264,7 @@ def register(sub) -> None:
     sw.add_argument("--paired", action="store_true", help="pair the value lists (equal lengths) instead of a grid")
     sw.add_argument("--plan", help="plan JSON (fixed), or 'replan' to re-plan at every point; default: the base "
                                    "system's default plan, fixed")
-    sw.add_argument("--out", help="write the table: .csv, or .json for records")
+    sw.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
     sw.add_argument("--plot", help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
     sw.add_argument("--x", help="knob on the plot's x axis (default: the first --vary)")
     sw.add_argument("--y", default="step_s", help="column on the plot's y axis (default step_s)")

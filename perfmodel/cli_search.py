@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
+from .cli import check_plan_output
 from .config import ConfigError
 
 
@@ -50,8 +50,7 @@ def _cmd_search(args) -> int:
     from .report import summary
     from .search.api import METHODS, SAMPLERS, search
 
-    if args.out and Path(args.out).exists():
-        raise ConfigError(args.out, "", "exists already; choose another name or remove it first")
+    check_plan_output(args.out)            # before the search: it may run for its whole budget
     system = load_system(args.system, chip=args.chip)
     model = load_model(args.model)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
@@ -81,7 +80,7 @@ def _cmd_search(args) -> int:
                               progress=not args.no_progress and not args.json))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
-    if args.out:
+    if args.out is not None:
         chosen.plan.save(args.out)
     if args.json:
         out = {"system": system.name, "model": model.name, "results": [{
@@ -124,7 +123,7 @@ def _cmd_search(args) -> int:
         if len(results) > 1:
             print(f"(the table's {chosen.method} row is at the chosen value; "
                   f"{', '.join(r.method for r in results[1:])} at the preset's)")
-    if args.out:
+    if args.out is not None:
         print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +30,17 @@ class ConfigError(ValueError):
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file."""
+    """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file,
+    and so does a file that cannot be read (a name too long, no permission, /proc/self/mem)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "", "no such file")
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigError(str(path), "", "no such file") from None
+    except (OSError, ValueError) as err:          # a name too long, a bad byte, no permission
+        raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(str(path), "", "is not a file")
     try:
         if path.suffix == ".json":
             data = json.loads(path.read_text())
@@ -41,6 +49,8 @@ def read_file(path: str | Path) -> dict[str, Any]:
                 data = tomllib.load(f)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(str(path), "", f"cannot be parsed: {err}") from None
+    except OSError as err:
+        raise ConfigError(str(path), "", f"cannot be read: {err.strerror or err}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "must hold a table/object at the top level")
     return data
@@ -58,12 +68,14 @@ class Num:
     integer: bool = False
     default: float | None = None
     required: bool = True
+    unit: str = ""             # the key's unit, said with the bounds ("GB/s")
 
     def allowed(self) -> str:
         lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
         hi = "" if math.isinf(self.hi) else f" and <= {self.hi:g}"
         kind = "an integer" if self.integer else "a finite number"
-        return f"{kind} {lo}{hi}"
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{kind} {lo}{hi}{unit}"
 
 
 class Section:
@@ -113,18 +125,21 @@ class Section:
         name = self.name(spec.key)
         return self._scaled(check_number(value, spec, self.source, name), spec, name)
 
-    def nums(self, spec: Num, length: int | None = None) -> list[float] | None:
-        """A list of numbers (or one number broadcast to `length`)."""
+    def nums(self, spec: Num, length: int | None = None, *, most: int | None = None,
+             per: str = "one per table") -> list[float] | None:
+        """A list of numbers (or one number broadcast to `length`), of at most `most` entries."""
         value = self._get(spec.key, spec.required and spec.default is None, spec.default,
                           f"a list of numbers, each {spec.allowed()}")
         if value is None:
             return None
         if not isinstance(value, list):
             if length is None:
-                raise self.error(spec.key, "must be a list of numbers")
+                raise self.error(spec.key, f"must be a list of numbers, each {spec.allowed()}, got {value!r}")
             value = [value] * length
         if length is not None and len(value) != length:
-            raise self.error(spec.key, f"must have {length} entries (one per table), has {len(value)}")
+            raise self.error(spec.key, f"must have {length} entries ({per}), has {len(value)}")
+        if most is not None and len(value) > most:
+            raise self.error(spec.key, f"has {len(value):,} entries; at most {most:,}")
         name = self.name(spec.key)
         return [self._scaled(check_number(v, spec, self.source, f"{name}[{i}]"), spec, f"{name}[{i}]")
                 for i, v in enumerate(value)]
@@ -157,27 +172,61 @@ class Section:
             raise self.error(unknown[0], f"is not a known field here (known: {', '.join(sorted(self._seen))})")
 
 
+def is_file(path: str | Path) -> bool:
+    """Whether `path` names a file; False for a name the OS refuses (too long, a bad byte), where
+    Path.is_file raises."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: str | Path) -> bool:
+    """Path.exists, False for a name the OS refuses (see is_file)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def shown(value: Any) -> str:
+    """repr(value) for a message, a huge integer cut to its first digits and its length."""
+    text = repr(value)
+    if isinstance(value, int) and len(text) > 24:
+        return f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def check_number(value: Any, spec: Num, source: str, name: str) -> float:
+    bad = ConfigError(source, name, f"must be {spec.allowed()}, got {shown(value)}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+        raise bad
     try:
         finite = math.isfinite(value)
     except OverflowError:          # an integer too large for a float
         finite = False
     if not finite:
-        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+        raise bad
     if spec.integer and int(value) != value:
-        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+        raise bad
     low_bad = value <= spec.lo if spec.lo_open else value < spec.lo
     if low_bad or value > spec.hi:
-        raise ConfigError(source, name, f"must be {spec.allowed()}, got {value!r}")
+        raise bad
     return float(value)
+
+
+def fmt_bytes(b: float) -> str:
+    """A byte count for a message, with an SI prefix that keeps it readable: '312 B', '4.1 kB', '72 GB'."""
+    for unit, f in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= f:
+            return f"{b / f:.3g} {unit}"
+    return f"{b:.3g} B"
 
 
 def preset_path(kind: str, name: str) -> Path:
     """The bundled file for preset `name` of `kind` ('chips', 'systems', 'models')."""
     path = DATA_DIR / kind / f"{name}.toml"
-    if not path.is_file():
+    if not is_file(path):
         known = ", ".join(preset_names(kind)) or "none"
         raise ConfigError("", kind[:-1], f"unknown preset {name!r}; known {kind}: {known}")
     return path

@@ -23,6 +23,7 @@ hold no units and move each byte once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +125,23 @@ def evaluate(system: System | str, model: RankingModel | str, plan: Plan | PlanA
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)
-    return (_evaluate_nested if traced((system, model, plan)) else _evaluate_jit)(system, model, plan, float(temperature))
+    tau = check_temperature(temperature)
+    return (_evaluate_nested if traced((system, model, plan)) else _evaluate_jit)(system, model, plan, tau)
+
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e3
+
+
+def check_temperature(temperature) -> float:
+    """`temperature` as a float: 0 (exact max and min), or a relative temperature in
+    [MIN_TEMPERATURE, MAX_TEMPERATURE] (below it the smooth max's scale, temperature x the mean
+    argument, can underflow float32 to 0 and the step be NaN; a negative one makes the max a min)."""
+    ok = isinstance(temperature, (int, float, np.integer, np.floating)) and not isinstance(temperature, bool)
+    t = float(temperature) if ok else math.nan
+    if not (t == 0.0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE):
+        raise ConfigError("", "temperature", f"must be 0 (exact) or a number from {MIN_TEMPERATURE:g} to "
+                          f"{MAX_TEMPERATURE:g} (smooth max and min), got {temperature!r}")
+    return t
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:

@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, Num, Section, preset_names, preset_path, read_file
+from .config import ConfigError, Section, exists, preset_names, preset_path, read_file
+from .schema import CHIP, GB, GBIT, GBPS, MAX_CHIPS, SYSTEM, TF, US
 
-US, GB, GBPS, TF, GBIT = 1e-6, 1e9, 1e9, 1e12, 1e9 / 8
 
 
 def _pytree(cls):
@@ -146,17 +146,22 @@ class System:
 def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
     """Per-chip, per-direction line rate (bytes/s) of the scale-up and scale-out links.
 
-    A NIC that serves scale-up splits its active bandwidth: up = f * B_nic, out = (1 - f) * B_nic.
-    Otherwise scale-up is the dedicated link and scale-out the NIC. Behind PCIe (pcie = 1) the NIC
-    bandwidth is capped by the PCIe link: B_eff = B_nic * min(1, B_pcie / B_nic).
+    Behind PCIe (pcie = 1) the NIC's bandwidth B_nic = ports x port bandwidth is capped by the PCIe
+    link; pcie in between blends the two: B_eff = (1 - pcie) B_nic + pcie min(B_nic, B_pcie).
+    A NIC that serves scale-up splits it: up = f B_eff, out = (1 - f) B_eff. Otherwise scale-up is
+    the dedicated link and scale-out the NIC.
+
+    Written as sums and products of non-negative terms (no ratio of the two bandwidths, no
+    1 + x - 1), so float32 keeps it exact at pcie = 0 or 1 (B_eff is B_nic or min(B_nic, B_pcie)
+    to the bit) and monotone in every input over the schema's whole range.
     """
     nic, chip = system.nic, system.chip
     total = nic.active_ports * nic.port_Bps
     xp = jnp if isinstance(total, jax.Array) else np          # numpy arrays: cost.arrays
-    cap = 1.0 + nic.pcie * (xp.minimum(1.0, nic.pcie_Bps / total) - 1.0)
+    eff = (1.0 - nic.pcie) * total + nic.pcie * xp.minimum(total, nic.pcie_Bps)
     if nic.serves_scale_up:
-        return nic.scale_up_fraction * total * cap, (1.0 - nic.scale_up_fraction) * total * cap
-    return chip.scale_up_Bps, total * cap
+        return nic.scale_up_fraction * eff, (1.0 - nic.scale_up_fraction) * eff
+    return chip.scale_up_Bps, eff
 
 
 def link_efficiencies(system: System) -> tuple[jax.Array, jax.Array]:
@@ -182,9 +187,6 @@ def level_latency_s(system: System, level: Level) -> jax.Array:
 
 # ----------------------------------------------------------------------------------------- loading
 
-_POS = dict(lo=0.0, lo_open=True)
-_FRAC = dict(lo=0.0, hi=1.0, lo_open=True)
-
 
 def load_chip(name_or_path: str | Path) -> Chip:
     """Load a chip preset by name (`mtia300`) or from a TOML file path."""
@@ -194,16 +196,27 @@ def load_chip(name_or_path: str | Path) -> Chip:
 
 
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
+    """The file of a preset name, or the path itself (one with a .toml / .json suffix, or anything
+    that exists); ConfigError naming what was wrong otherwise."""
+    what = kind[:-1]
+    if not isinstance(name_or_path, (str, Path)):
+        raise ConfigError("", what, f"must be a {what} preset name or a file path, got {type(name_or_path).__name__} "
+                          f"{name_or_path!r}")
+    if str(name_or_path) == "":
+        raise ConfigError("", what, f"is empty; give a {what} preset name or a file path")
     p = Path(name_or_path)
-    if p.suffix in (".toml", ".json") or p.exists():
-        if not p.is_file():
-            raise ConfigError(str(p), "", "no such file")
-        return p
+    if p.suffix in (".toml", ".json") or exists(p):
+        return p                  # read_file says what is wrong with it, if anything
     return preset_path(kind, str(name_or_path))
 
 
 def _f(x: float) -> jax.Array:
     return jnp.asarray(x, dtype=jnp.float32)
+
+
+def _reader(s: Section, table: dict, section: str):
+    """num(key, **kw): the field `key` of `s`, checked against schema `table`'s bounds for `section`."""
+    return lambda key, **kw: s.num(table[f"{section}.{key}" if section else key].num(**kw))
 
 
 def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
@@ -212,87 +225,81 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     top.text("description", default="")
 
     c = top.sub("compute")
-    bf16 = c.num(Num("peak_bf16_TFLOPs", TF, **_POS))
-    fp8 = c.num(Num("peak_fp8_TFLOPs", TF, **_POS))
-    fp32 = c.num(Num("peak_fp32_TFLOPs", TF, **_POS))
-    units = c.num(Num("compute_units", 1.0, lo=1.0, integer=True))
-    launch = c.num(Num("launch_overhead_us", US))
-    mm_max = c.num(Num("matmul_efficiency_max", 1.0, **_FRAC))
-    mm_half = c.num(Num("matmul_half_efficiency_GFLOP", 1e9, **_POS))
-    grid = c.num(Num("full_grid_gemm_share", 1.0, lo=0.0, hi=1.0, required=False, default=0.0))
+    num = _reader(c, CHIP, "compute")
+    bf16, fp8, fp32 = num("peak_bf16_TFLOPs"), num("peak_fp8_TFLOPs"), num("peak_fp32_TFLOPs")
+    units = num("compute_units")
+    launch = num("launch_overhead_us")
+    mm_max, mm_half = num("matmul_efficiency_max"), num("matmul_half_efficiency_GFLOP")
+    grid = num("full_grid_gemm_share", required=False, default=0.0)
     c.finish()
 
     m = top.sub("memory")
-    hbm = m.num(Num("hbm_capacity_GB", GB, **_POS))
-    hbm_bw = m.num(Num("hbm_bandwidth_GBps", GBPS, **_POS))
-    hbm_eff = m.num(Num("hbm_efficiency", 1.0, **_FRAC))
-    hbm_use = m.num(Num("hbm_usable_fraction", 1.0, **_FRAC))
-    llc = m.num(Num("llc_capacity_MB", 1e6))
-    llc_bw = m.num(Num("llc_bandwidth_GBps", GBPS))
-    g_max = m.num(Num("gather_efficiency_max", 1.0, **_FRAC))
-    g_half = m.num(Num("gather_half_efficiency_row_bytes", 1.0, **_POS))
+    num = _reader(m, CHIP, "memory")
+    hbm, hbm_bw = num("hbm_capacity_GB"), num("hbm_bandwidth_GBps")
+    hbm_eff, hbm_use = num("hbm_efficiency"), num("hbm_usable_fraction")
+    llc, llc_bw = num("llc_capacity_MB"), num("llc_bandwidth_GBps")
+    g_max, g_half = num("gather_efficiency_max"), num("gather_half_efficiency_row_bytes")
     m.finish()
 
     n = top.sub("nic")
+    num = _reader(n, CHIP, "nic")
     attach = n.text("attach", ("integrated", "pcie"))
-    ports = n.num(Num("ports", 1.0, lo=1.0, integer=True))
-    port_bw = n.num(Num("port_bandwidth_Gbps", GBIT, **_POS))
-    active = n.num(Num("active_ports", 1.0, lo=1.0, hi=ports, integer=True))
+    ports = num("ports")
+    port_bw = num("port_bandwidth_Gbps")
+    active = num("active_ports", hi=ports)
     shared = n.flag("serves_scale_up")
-    frac = n.num(Num("scale_up_fraction", 1.0, lo=0.0, hi=1.0, lo_open=True, required=shared,
-                     default=None if shared else 0.0))
-    if frac is not None and frac >= 1.0 and shared:
-        raise n.error("scale_up_fraction", "must be < 1 (some NIC bandwidth must stay on scale-out)")
-    nic_eff = n.num(Num("bandwidth_efficiency", 1.0, **_FRAC, required=False, default=1.0))
-    nic_lat = n.num(Num("latency_us", US))
-    per_msg = n.num(Num("per_message_overhead_us", US))
+    frac = num("scale_up_fraction", required=shared, default=None if shared else 0.0)
+    nic_eff = num("bandwidth_efficiency", required=False, default=1.0)
+    nic_lat = num("latency_us")
+    per_msg = num("per_message_overhead_us")
     pcie = attach == "pcie"
     # An integrated NIC moved behind PCIe (a what-if) defaults to the chip's host PCIe link.
-    pcie_bw = n.num(Num("pcie_bandwidth_GBps", GBPS, **_POS, required=pcie, default=None if pcie else 0.0))
-    pcie_lat = n.num(Num("pcie_latency_us", US, required=pcie, default=None if pcie else 1.0))
+    pcie_bw = num("pcie_bandwidth_GBps", required=pcie, default=None if pcie else 0.0)
+    pcie_lat = num("pcie_latency_us", required=pcie, default=None if pcie else 1.0)
     n.finish()
 
     su = top.sub("scale_up", required=not shared)
-    su_bw = su.num(Num("bandwidth_GBps", GBPS, **_POS, required=not shared, default=None if not shared else 0.0))
-    su_lat = su.num(Num("latency_us", US, required=not shared, default=None if not shared else 0.0))
-    su_eff = su.num(Num("bandwidth_efficiency", 1.0, **_FRAC, required=False, default=1.0))
+    num = _reader(su, CHIP, "scale_up")
+    su_bw = num("bandwidth_GBps", required=not shared, default=None if not shared else 0.0)
+    su_lat = num("latency_us", required=not shared, default=None if not shared else 0.0)
+    su_eff = num("bandwidth_efficiency", required=False, default=1.0)
     su_kind = su.text("kind", ("nvlink", "pcie"), default="nvlink")
-    nvls_eff = su.num(Num("nvls_efficiency", 1.0, **_FRAC, required=False, default=su_eff))
+    nvls_eff = num("nvls_efficiency", required=False, default=su_eff)
     su.finish()
     if shared and su_bw:
         raise su.error("bandwidth_GBps", "must be absent when nic.serves_scale_up = true (the NIC carries scale-up)")
 
     o = top.sub("offload")
-    engines = o.num(Num("engines", 1.0, integer=True))
+    num = _reader(o, CHIP, "offload")
+    engines = num("engines")
     need = engines > 0
-    opt = dict(required=need)
-    clock = o.num(Num("clock_GHz", 1e9, **_POS, **opt, default=None if need else 1.0))
-    bpc = o.num(Num("reduce_bytes_per_cycle", 1.0, **_POS, **opt, default=None if need else 1.0))
-    bpc_busy = o.num(Num("reduce_bytes_per_cycle_all_busy", 1.0, **_POS, **opt, default=None if need else 1.0))
-    setup = o.num(Num("setup_us", US, **opt, default=None if need else 0.0))
-    mpe = o.num(Num("messages_in_flight_per_engine", 1.0, lo=1.0, **opt, default=None if need else 1.0))
+    opt = lambda unset: dict(required=need, default=None if need else unset)
+    clock = num("clock_GHz", **opt(1.0))
+    bpc = num("reduce_bytes_per_cycle", **opt(1.0))
+    bpc_busy = num("reduce_bytes_per_cycle_all_busy", **opt(1.0))
+    setup = num("setup_us", **opt(0.0))
+    mpe = num("messages_in_flight_per_engine", **opt(1.0))
     o.finish()
 
     cc = top.sub("core_collectives")
-    cfrac = cc.num(Num("compute_fraction", 1.0, lo=0.0, hi=0.9))
-    cmult = cc.num(Num("hbm_traffic_multiplier", 1.0, lo=0.0))
-    cmsgs = cc.num(Num("messages_in_flight", 1.0, lo=1.0))
-    dmult = cc.num(Num("dma_hbm_traffic_multiplier", 1.0, lo=0.0))
-    channels = cc.num(Num("channels", 1.0, lo=1.0, integer=True, required=False, default=cmsgs))
-    nvls_ch = cc.num(Num("nvls_channels", 1.0, lo=1.0, integer=True, required=False, default=16.0))
-    ll_max = cc.num(Num("ll_max_bus_GBps", GBPS, **_POS, required=False, default=1e21))
-    call = cc.num(Num("call_overhead_us", US, required=False, default=launch / US))
+    num = _reader(cc, CHIP, "core_collectives")
+    cfrac, cmult = num("compute_fraction"), num("hbm_traffic_multiplier")
+    cmsgs, dmult = num("messages_in_flight"), num("dma_hbm_traffic_multiplier")
+    channels = num("channels", required=False, default=cmsgs)
+    nvls_ch = num("nvls_channels", required=False, default=16.0)
+    ll_max = num("ll_max_bus_GBps", required=False, default=1e6)
+    call = num("call_overhead_us", required=False, default=launch / US)
     cc.finish()
 
     h = top.sub("host")
-    host_bw = h.num(Num("link_bandwidth_GBps", GBPS, **_POS))
-    dram = h.num(Num("dram_GB", GB))
+    num = _reader(h, CHIP, "host")
+    host_bw, dram = num("link_bandwidth_GBps"), num("dram_GB")
     h.finish()
     pw = top.sub("power")
-    tdp = pw.num(Num("tdp_W", 1.0, **_POS))
+    tdp = _reader(pw, CHIP, "power")("tdp_W")
     pw.finish()
     pr = top.sub("price")
-    usd = pr.num(Num("usd_per_hour", 1.0))
+    usd = _reader(pr, CHIP, "price")("usd_per_hour")
     pr.finish()
     top.finish()
 
@@ -324,6 +331,16 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
 _SYSTEM_NAME = re.compile(r"^(?P<family>.+)-(?P<n>\d+)$")
 
 
+def _chip_count(chips) -> int | None:
+    """load_system's `chips`: None, or a whole number of chips in 1..MAX_CHIPS."""
+    if chips is None:
+        return None
+    if isinstance(chips, (bool, np.bool_)) or not isinstance(chips, (int, np.integer)) or not 1 <= chips <= MAX_CHIPS:
+        raise ConfigError("", "chips", f"must be an integer from 1 to {MAX_CHIPS:,} (or None: the preset's size), "
+                          f"got {chips!r}")
+    return int(chips)
+
+
 def load_system(name_or_path: str | Path, *, chips: int | None = None,
                 chip: str | Path | None = None) -> System:
     """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`) or a TOML path.
@@ -331,17 +348,25 @@ def load_system(name_or_path: str | Path, *, chips: int | None = None,
     `chips` overrides the chip count; `chip` replaces the chip (a preset name or a chip TOML, e.g.
     one written by calibration).
     """
+    count = _chip_count(chips)
+    if not isinstance(name_or_path, (str, Path)) or str(name_or_path) == "":
+        _resolve("systems", name_or_path)          # says what was wrong
     text = str(name_or_path)
     p = Path(text)
-    if p.suffix in (".toml", ".json"):
-        path, count = _resolve("systems", p), chips
+    if p.suffix in (".toml", ".json") or exists(p):
+        path = _resolve("systems", p)
     else:
         match = _SYSTEM_NAME.match(text)
         families = preset_names("systems")
         if not match or match["family"] not in families:
             known = ", ".join(f"{f}-<N>" for f in families)
             raise ConfigError("", "system", f"unknown system {text!r}; known: {known} (see `perfmodel list`)")
-        path, count = preset_path("systems", match["family"]), chips or int(match["n"])
+        path = preset_path("systems", match["family"])
+        if count is None:
+            n = int(match["n"])
+            if not 1 <= n <= MAX_CHIPS:
+                raise ConfigError("", "system", f"{text!r} has {n:,} chips; a system has 1 to {MAX_CHIPS:,}")
+            count = n
     return _parse_system(read_file(path), str(path), count, chip)
 
 
@@ -350,10 +375,14 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
     family = top.text("name")
     top.text("description", default="")
     chip_name = top.text("chip")
-    sizes = top.nums(Num("sizes", 1.0, lo=1.0, integer=True))
-    per_host = int(top.num(Num("chips_per_host", 1.0, lo=1.0, integer=True)))
-    host_W = top.num(Num("host_power_W", 1.0))
-    host_usd = top.num(Num("host_usd_per_hour", 1.0))
+    if not chip_name.strip():
+        raise top.error("chip", "is empty; give a chip preset name (e.g. 'h100') or a chip TOML path")
+    sizes = top.nums(SYSTEM["sizes"].num(), most=1000)
+    if not sizes:
+        raise top.error("sizes", "must list at least one chip count (the family's named sizes, e.g. [8, 64])")
+    num = _reader(top, SYSTEM, "")
+    per_host = int(num("chips_per_host"))
+    host_W, host_usd = num("host_power_W"), num("host_usd_per_hour")
     nic_over = top.raw("nic", {})
     if not isinstance(nic_over, dict):
         raise ConfigError(src, "nic", "must be a [nic] table of the chip's nic fields to override")
@@ -362,16 +391,19 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
     net.finish()
     if not isinstance(raw_levels, list) or not raw_levels:
         raise ConfigError(src, "network.levels", "must be a non-empty list of [[network.levels]] tables")
+    if len(raw_levels) > 64:
+        raise ConfigError(src, "network.levels", f"has {len(raw_levels)} levels; at most 64")
     n = int(count if count is not None else sizes[0])
     parsed = []
     prev = 1
     for i, raw in enumerate(raw_levels):        # every level is checked, even past this system's size
         s = Section(raw, src, f"network.levels[{i}].")
+        num = _reader(s, SYSTEM, "network.levels[]")
         lname = s.text("name")
         link = s.text("link", ("scale_up", "scale_out"))
-        size = int(s.num(Num("domain_chips", 1.0, lo=1.0, integer=True)))
-        lat = s.num(Num("latency_us", US))
-        over = s.num(Num("oversubscription", 1.0, lo=1.0))
+        size = int(num("domain_chips"))
+        lat = num("latency_us")
+        over = num("oversubscription")
         reduces = s.flag("switch_reduction", default=False)
         s.finish()
         if size <= prev and i > 0:
@@ -384,8 +416,6 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         if size >= n:
             break
     top.finish()
-    if n < 1:
-        raise ConfigError(src, "chips", "must be >= 1")
     if levels[-1][0] < n:
         raise ConfigError(src, "network.levels", f"the outermost level holds {levels[-1][0]} chips; the system has {n}")
     for size, *_ in levels:

@@ -35,6 +35,7 @@ ALLOWED_ALGORITHMS = {
 }
 PRECISIONS = ("fp32", "bf16", "fp8")
 PRECISION_BYTES = (4.0, 2.0, 1.0)
+MAX_PLAN_ENTRIES = 2 ** 28    # random_plans' n x tables x devices: its placements stay within 1 GB of float32
 
 
 @_pytree
@@ -279,6 +280,10 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
     """
     T, D, L = model.tables.count, system.num_chips, system.domain_size
     H = D // L
+    most = max(1, MAX_PLAN_ENTRIES // (T * D))
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
+        raise ConfigError("", "n", f"must be an integer from 1 to {most:,} (plans of {T} tables on {D} devices: "
+                          f"at most {MAX_PLAN_ENTRIES:,} placement entries), got {n!r}")
     ks = jax.random.split(key, 12)
     dims = np.asarray(model.tables.dim)
     can_cw = jnp.asarray(dims % 2 == 0)

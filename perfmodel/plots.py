@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from .analysis import knobs as K
-from .analysis.table import check_new_file, columns
+from .analysis.table import check_new_file, check_output, columns
+from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown
-from .trace import COMPUTE_PHASES, device_slices, sample_devices
+from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices, sample_devices
 
 PHASE_COLORS = {
     "bottom_fwd": "#9ecae1", "top_fwd": "#4292c6", "top_bwd": "#2171b5", "bottom_bwd": "#6baed6",
@@ -309,7 +310,8 @@ def timeline(bd: Breakdown, ax=None, devices: list[int] | None = None, max_devic
     """Gantt chart of one step: for each device (the slowest, the fastest and evenly spaced ones
     unless `devices` is given) a compute row (phases; interference as a hatched tail; exposed
     communication hatched red where compute idles while a collective runs) and a communication row."""
-    picks = [(d, "") for d in devices] if devices is not None else sample_devices(bd, max_devices)
+    check_times(bd)
+    picks = pick_devices(bd, devices, max_devices)
     ax = _ax(ax, (10, 0.9 + 1.1 * len(picks)))
     seen = {}
     yt, yl = [], []
@@ -350,14 +352,33 @@ def timeline(bd: Breakdown, ax=None, devices: list[int] | None = None, max_devic
 
 # ------------------------------------------------------------------------------------------ files
 
+def figure_formats() -> tuple[str, ...]:
+    """The file suffixes matplotlib writes figures in ('.png', '.svg', '.pdf', ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return tuple(f".{k}" for k in sorted(FigureCanvasBase.get_supported_filetypes()))
+
+
+def check_figure_path(path: str | Path) -> Path:
+    """ConfigError naming `path` unless a new figure can be written there (see table.check_output),
+    in a format its suffix names."""
+    return check_output(path, figure_formats(), "figure")
+
+
 def save_figure(ax_or_fig, path: str | Path, overwrite: bool = False, dpi: int = 150) -> Path:
-    """Write the figure of an Axes (or a Figure) as PNG/SVG/PDF and close it. Refuses to overwrite an
-    existing file unless overwrite=True (ConfigError naming it)."""
+    """Write the figure of an Axes (or a Figure) as PNG/SVG/PDF (the suffix says which) and close
+    it. Refuses to overwrite an existing file unless overwrite=True, and a suffix matplotlib has no
+    writer for (ConfigError naming the file)."""
     import matplotlib.pyplot as plt
     fig = getattr(ax_or_fig, "figure", ax_or_fig)
     p = Path(path)
+    if p.suffix.lower() not in figure_formats():
+        raise ConfigError(str(p), "", f"is not a figure name: give one ending in {', '.join(figure_formats())}")
     if not overwrite:
         check_new_file(p)
-    fig.savefig(p, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(p, dpi=dpi, bbox_inches="tight")
+    except OSError as err:
+        raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
     return p

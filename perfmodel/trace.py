@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown
 
 COMPUTE_PHASES = tuple(p for p in PHASES if p not in COMM_PHASES)
@@ -214,9 +215,33 @@ def device_slices(bd: Breakdown, device: int, model=None, _cache=None) -> list[S
     return sorted(slices, key=lambda s: (STREAMS.index(s.stream), s.start_s))
 
 
+def check_times(bd: Breakdown) -> None:
+    """ConfigError unless the Breakdown's step and compute times are finite: a timeline of NaN has
+    no slices to draw, and JSON has no NaN."""
+    if not (np.isfinite(np.asarray(bd.step_s, np.float64)).all() and np.isfinite(np.asarray(bd.compute_s)).all()):
+        raise ConfigError("", "breakdown", f"has a step time of {float(np.max(bd.step_s))} s: a timeline needs "
+                          "finite times (evaluate a valid system, model and plan)")
+
+
+def pick_devices(bd: Breakdown, devices, max_devices: int) -> list[tuple[int, str]]:
+    """(rank, why) of the devices to show: `devices` (checked against the Breakdown's ranks), else
+    sample_devices(bd, max_devices)."""
+    if devices is None:
+        return sample_devices(bd, max_devices)
+    D = len(np.asarray(bd.compute_s))
+    ok = lambda d: isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < D
+    bad = [d for d in devices if not ok(d)]
+    if bad or not devices:
+        raise ConfigError("", "devices", f"rank {bad[0]!r} does not exist: ranks 0..{D - 1}" if bad else
+                          "lists no rank")
+    return [(int(d), "") for d in devices]
+
+
 def sample_devices(bd: Breakdown, max_devices: int = 8) -> list[tuple[int, str]]:
     """(rank, why) of the devices to show: all if few; else the slowest and fastest compute and
     evenly spaced ranks."""
+    if isinstance(max_devices, bool) or not isinstance(max_devices, (int, np.integer)) or max_devices < 1:
+        raise ConfigError("", "max_devices", f"must be an integer >= 1, got {max_devices!r}")
     comp = np.asarray(bd.compute_s, np.float64)
     D = len(comp)
     if D <= max_devices:
@@ -234,16 +259,9 @@ def chrome_trace(bd: Breakdown, model=None, devices: list[int] | None = None, ma
                  title: str = "") -> dict:
     """Chrome trace-event JSON (a dict) of one step: a process per device, threads compute / comm /
     idle, one complete ("X") slice per task piece, times in microseconds."""
+    check_times(bd)
     b = _np(bd)
-    D = len(b["compute"])
-    if devices is None:
-        picks = sample_devices(bd, max_devices)
-    else:
-        bad = [d for d in devices if not 0 <= int(d) < D]
-        if bad:
-            from .config import ConfigError
-            raise ConfigError("", "devices", f"rank {bad[0]} does not exist: ranks 0..{D - 1}")
-        picks = [(int(d), "") for d in devices]
+    picks = pick_devices(bd, devices, max_devices)
     slowest = int(np.argmax(b["compute"]))
     ev = []
     tid = {"compute": 1, "comm": 2, "idle": 3}
@@ -260,7 +278,7 @@ def chrome_trace(bd: Breakdown, model=None, devices: list[int] | None = None, ma
             ev.append({"name": s.name, "cat": s.stream, "ph": "X", "pid": d, "tid": tid[s.stream],
                        "ts": ts, "dur": s.end_s * 1e6 - ts, "args": _jsonable(s.args)})
     other = {"title": title, "step_s": b["step"], "comm_busy_s": b["comm"], "exposed_comm_s": b["exposed"],
-             "devices": D, "shown_devices": [d for d, _ in picks],
+             "devices": len(b["compute"]), "shown_devices": [d for d, _ in picks],
              "compute_busy_s": {str(d): float(b["compute"][d]) for d, _ in picks},
              "time_unit": "microseconds (ts, dur); args in SI units (seconds, bytes, FLOP)"}
     return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": other}
@@ -273,4 +291,4 @@ def _jsonable(args: dict) -> dict:
 def save_trace(trace: dict, path: str | Path) -> None:
     """Write a trace as JSON; never overwrites an existing file."""
     from .analysis.table import write_new
-    write_new(path, json.dumps(trace))
+    write_new(path, json.dumps(trace, allow_nan=False))    # JSON has no NaN: chrome_trace refuses one first

@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, Num, Section, preset_names, read_file
-from .hardware import _pytree, _resolve, static
+from .config import ConfigError, Section, preset_names, read_file
+from .hardware import _pytree, _reader, _resolve, static
+from .schema import MAX_GEMMS, MAX_TABLES, MODEL
 
 SHARD_DTYPES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}
 EMB_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
@@ -145,12 +146,12 @@ def model_names() -> list[str]:
 
 def parse_model(data: dict, src: str) -> RankingModel:
     top = Section(data, src)
+    num = _reader(top, MODEL, "")
     name = top.text("name")
     top.text("description", default="")
-    batch = top.num(Num("global_batch", 1.0, lo=1.0, integer=True))
+    batch = num("global_batch")
     dtype = top.text("dense_dtype", tuple(SHARD_DTYPES))
-    pbytes = top.num(Num("param_bytes", 1.0, **dict(lo=0.0, lo_open=True)))
-    abytes = top.num(Num("activation_bytes", 1.0, **dict(lo=0.0, lo_open=True)))
+    pbytes, abytes = num("param_bytes"), num("activation_bytes")
     dopt = top.text("dense_optimizer", tuple(DENSE_OPTIMIZERS))
     tables = _parse_tables(top.sub("embeddings"), src)
     dense = _parse_dense(top.sub("dense"), src)
@@ -161,32 +162,51 @@ def parse_model(data: dict, src: str) -> RankingModel:
                         dense_dtype=dtype, name=name)
 
 
+def _synthetic(s: Section, src: str) -> dict:
+    """The tables [embeddings.synthetic] draws (generator.synthetic_embeddings), sized and checked:
+    num_tables at most MAX_TABLES before anything is drawn, every drawn table within the schema."""
+    from . import generator
+    syn = s.sub("synthetic")
+    for key in ("rows", "pooling", "dim", "names", "access_skew", "sequence"):
+        if s.has(key):
+            raise s.error(key, "must not be given together with [embeddings.synthetic]")
+    kwargs = dict(syn.data)
+    syn._seen.update(kwargs)
+    count = kwargs.get("num_tables")
+    if isinstance(count, int) and not isinstance(count, bool) and count > MAX_TABLES:
+        raise ConfigError(src, "embeddings.synthetic.num_tables", f"is {count:,}; a model has at most "
+                          f"{MAX_TABLES:,} tables")
+    try:
+        gen = generator.synthetic_embeddings(**kwargs)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ConfigError(src, "embeddings.synthetic", str(err)) from None
+    for key in ("rows", "dim", "pooling", "access_skew"):
+        spec = MODEL[f"embeddings.{key}"]
+        bad = [i for i, v in enumerate(gen[key]) if not spec.lo <= v <= spec.hi]
+        if bad:
+            raise ConfigError(src, "embeddings.synthetic", f"draws a table {key} of {gen[key][bad[0]]:g} "
+                              f"(table {bad[0]}); each must be {spec.allowed()}")
+    return gen
+
+
 def _parse_tables(s: Section, src: str) -> EmbeddingTables:
-    bpe = s.num(Num("bytes_per_element", 1.0, lo=0.0, lo_open=True))
+    num = _reader(s, MODEL, "embeddings")
+    bpe = num("bytes_per_element")
     opt = s.text("optimizer", EMB_OPTIMIZERS)
-    idx = s.num(Num("index_bytes", 1.0, lo=1.0))
+    idx = num("index_bytes")
     if s.has("synthetic"):
-        from . import generator
-        syn = s.sub("synthetic")
-        for key in ("rows", "pooling", "dim", "names", "access_skew", "sequence"):
-            if s.has(key):
-                raise s.error(key, "must not be given together with [embeddings.synthetic]")
-        kwargs = dict(syn.data)
-        syn._seen.update(kwargs)
-        try:
-            gen = generator.synthetic_embeddings(**kwargs)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(src, "embeddings.synthetic", str(err)) from None
+        gen = _synthetic(s, src)
         rows, dim, pool = gen["rows"], gen["dim"], gen["pooling"]
         skew, seq, names = gen["access_skew"], [0.0] * len(rows), list(gen["names"])
     else:
-        rows = s.nums(Num("rows", 1.0, lo=1.0, integer=True))
+        nums = lambda key, *a, **kw: s.nums(MODEL[f"embeddings.{key}"].num(**kw), *a)
+        rows = s.nums(MODEL["embeddings.rows"].num(), most=MAX_TABLES)
         t = len(rows)
         if t == 0:
             raise s.error("rows", "must list at least one table")
-        pool = s.nums(Num("pooling", 1.0, lo=0.0, lo_open=True), t)
-        dim = s.nums(Num("dim", 1.0, lo=1.0, integer=True), t)
-        skew = s.nums(Num("access_skew", 1.0, lo=0.0, hi=1.0, lo_open=True, default=1.0), t)
+        pool = nums("pooling", t)
+        dim = nums("dim", t)
+        skew = nums("access_skew", t, default=1.0)
         seq_raw = s.raw("sequence", [False] * t)
         if not isinstance(seq_raw, list) or len(seq_raw) != t or not all(isinstance(b, bool) for b in seq_raw):
             raise s.error("sequence", f"must be a list of {t} true/false values")
@@ -203,12 +223,21 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
                            names=tuple(str(n) for n in names))
 
 
+def _gemm_count(kind: str, p: dict) -> int:
+    """GEMMs lower_layer makes of a layer (counted before any is made)."""
+    return {"mlp": lambda: len(p["widths"]), "dot": lambda: 1, "dcnv2": lambda: 2 * int(p["layers"]),
+            "transformer": lambda: 6 * int(p["layers"]), "hstu": lambda: 4 * int(p["layers"])}[kind]()
+
+
 def _parse_dense(s: Section, src: str) -> Dense:
     layers = s.raw("layers")
     s.finish()
     if not isinstance(layers, list) or not layers:
         raise ConfigError(src, "dense.layers", "must be a non-empty list of [[dense.layers]] tables")
+    if len(layers) > MAX_GEMMS:
+        raise ConfigError(src, "dense.layers", f"has {len(layers):,} layers; at most {MAX_GEMMS:,}")
     gemms, bottom, names, elem = [], [], [], []
+    count = 0
     for i, raw in enumerate(layers):
         ls = Section(raw, src, f"dense.layers[{i}].")
         kind = ls.text("kind", LAYER_KINDS)
@@ -216,16 +245,21 @@ def _parse_dense(s: Section, src: str) -> Dense:
         stage = ls.text("stage", STAGES)
         p = {}
         for key in _LAYER_FIELDS[kind]:
+            spec = MODEL[f"dense.layers[].{key}"].num()
             if key == "widths":
-                p[key] = ls.nums(Num(key, 1.0, lo=1.0, integer=True))
+                p[key] = ls.nums(spec, most=MAX_GEMMS)
                 if not p[key]:
                     raise ls.error(key, "must list at least one width")
             else:
-                p[key] = ls.num(Num(key, 1.0, lo=1.0, integer=True))
+                p[key] = ls.num(spec)
         ls.finish()
         if kind == "transformer" or kind == "hstu":
             if p["d_model"] % p["heads"]:
                 raise ls.error("heads", f"must divide d_model = {p['d_model']:g}")
+        count += _gemm_count(kind, p)
+        if count > MAX_GEMMS:
+            raise ConfigError(src, "dense.layers", f"lower to more than {MAX_GEMMS:,} GEMMs (at layer {i}, "
+                              f"{lname}); the dense part has at most {MAX_GEMMS:,}")
         for m, n, k, w, b in lower_layer(kind, p):
             gemms.append((m, n, k, 1.0 if w else 0.0, b))
             bottom.append(stage == "bottom")

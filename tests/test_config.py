@@ -70,30 +70,30 @@ def test_unmodified_copies_load(tmp_path):
 
 CHIP_CASES = [
     # id, preset, key, new line, field, pieces of the message
-    ("missing", "h100", "hbm_capacity_GB", DELETE, "memory.hbm_capacity_GB", ["is missing", "a finite number > 0"]),
+    ("missing", "h100", "hbm_capacity_GB", DELETE, "memory.hbm_capacity_GB", ["is missing", "a finite number >= 1e-06 and <= 1e+06 (GB)"]),
     ("negative", "h100", "hbm_capacity_GB", "hbm_capacity_GB = -80", "memory.hbm_capacity_GB",
-     ["a finite number > 0", "got -80"]),
+     ["a finite number >= 1e-06 and <= 1e+06 (GB)", "got -80"]),
     ("zero", "h100", "hbm_bandwidth_GBps", "hbm_bandwidth_GBps = 0", "memory.hbm_bandwidth_GBps",
-     ["a finite number > 0", "got 0"]),
+     ["a finite number >= 0.001 and <= 1e+06 (GB/s)", "got 0"]),
     ("nan", "h100", "hbm_capacity_GB", "hbm_capacity_GB = nan", "memory.hbm_capacity_GB",
-     ["a finite number > 0", "got nan"]),
+     ["a finite number >= 1e-06 and <= 1e+06 (GB)", "got nan"]),
     ("inf", "h100", "peak_bf16_TFLOPs", "peak_bf16_TFLOPs = inf", "compute.peak_bf16_TFLOPs",
-     ["a finite number > 0", "got inf"]),
+     ["a finite number >= 0.001 and <= 1e+06 (TFLOP/s)", "got inf"]),
     ("minus-inf", "h100", "launch_overhead_us", "launch_overhead_us = -inf", "compute.launch_overhead_us",
-     ["a finite number >= 0", "got -inf"]),
+     ["a finite number >= 0 and <= 1e+06 (us)", "got -inf"]),
     ("string", "h100", "hbm_capacity_GB", 'hbm_capacity_GB = "80"', "memory.hbm_capacity_GB",
-     ["a finite number > 0", "got '80'"]),
+     ["a finite number >= 1e-06 and <= 1e+06 (GB)", "got '80'"]),
     ("bool", "h100", "hbm_capacity_GB", "hbm_capacity_GB = true", "memory.hbm_capacity_GB",
-     ["a finite number > 0", "got True"]),
-    ("list", "h100", "tdp_W", "tdp_W = [700]", "power.tdp_W", ["a finite number > 0", "got [700]"]),
+     ["a finite number >= 1e-06 and <= 1e+06 (GB)", "got True"]),
+    ("list", "h100", "tdp_W", "tdp_W = [700]", "power.tdp_W", ["a finite number >= 0.001 and <= 1e+06 (W)", "got [700]"]),
     # a misspelt key beside the right one: the unknown key is named, with the known ones
     ("unknown-field", "h100", "hbm_capacity_GB", "hbm_capacity_GB = 80\nhbm_capacty_GB = 80",
      "memory.hbm_capacty_GB", ["is not a known field here", "hbm_capacity_GB", "hbm_bandwidth_GBps"]),
     # a misspelt key instead of the right one: the right one is missing, said with what it takes
     ("typo-replaces", "h100", "hbm_capacity_GB", "hbm_capacty_GB = 80", "memory.hbm_capacity_GB",
-     ["is missing", "a finite number > 0"]),
+     ["is missing", "a finite number >= 1e-06 and <= 1e+06 (GB)"]),
     ("above-bound", "h100", "hbm_efficiency", "hbm_efficiency = 1.5", "memory.hbm_efficiency",
-     ["> 0 and <= 1", "got 1.5"]),
+     [">= 0.001 and <= 1", "got 1.5"]),
     ("above-other-field", "gaudi3", "active_ports", "active_ports = 25", "nic.active_ports",
      ["an integer >= 1 and <= 24", "got 25"]),
     ("unknown-enum", "h100", "attach", 'attach = "usb"', "nic.attach", ["'usb'", "allowed: integrated, pcie"]),
@@ -103,14 +103,20 @@ CHIP_CASES = [
     ("non-integer", "h100", "compute_units", "compute_units = 132.5", "compute.compute_units",
      ["an integer >= 1", "got 132.5"]),
     ("fraction-1", "mtia300", "scale_up_fraction", "scale_up_fraction = 1.0", "nic.scale_up_fraction",
-     ["must be < 1"]),
+     [">= 0.001 and <= 0.999", "got 1.0"]),
     ("core-fraction", "h100", "compute_fraction", "compute_fraction = 0.95", "core_collectives.compute_fraction",
      [">= 0 and <= 0.9", "got 0.95"]),
-    ("engines-need-clock", "mtia300", "clock_GHz", DELETE, "offload.clock_GHz", ["is missing", "> 0"]),
+    ("engines-need-clock", "mtia300", "clock_GHz", DELETE, "offload.clock_GHz", ["is missing", ">= 0.001 and <= 1000 (GHz)"]),
     ("huge-integer", "h100", "hbm_capacity_GB", "hbm_capacity_GB = 1" + "0" * 400, "memory.hbm_capacity_GB",
-     ["a finite number > 0"]),
-    ("float32-overflow", "h100", "hbm_bandwidth_GBps", "hbm_bandwidth_GBps = 1e30", "memory.hbm_bandwidth_GBps",
-     ["float32", "3.4e+29"]),
+     ["a finite number >= 1e-06 and <= 1e+06 (GB)", "(401 digits)"]),
+    # a value float32 holds but the model cannot use (1e30 GB/s made NaN step times): past the bound
+    ("huge", "h100", "hbm_bandwidth_GBps", "hbm_bandwidth_GBps = 1e30", "memory.hbm_bandwidth_GBps",
+     ["<= 1e+06 (GB/s)", "got 1e+30"]),
+    # a value that float32 makes 0 (1e-300 GB/s: a NaN step time): under the positive minimum
+    ("tiny", "h100", "hbm_bandwidth_GBps", "hbm_bandwidth_GBps = 1e-300", "memory.hbm_bandwidth_GBps",
+     [">= 0.001", "got 1e-300"]),
+    ("port-huge", "h100", "port_bandwidth_Gbps", "port_bandwidth_Gbps = 1e30", "nic.port_bandwidth_Gbps",
+     ["<= 8e+06 (Gb/s)", "got 1e+30"]),
 ]
 
 
@@ -126,7 +132,7 @@ def test_bad_chip_given_to_a_system_names_the_chip_file(tmp_path):
     chip = edit(tmp_path, "chips", "h100", "hbm_bandwidth_GBps", "hbm_bandwidth_GBps = -3350", "my-chip.toml")
     with pytest.raises(ConfigError) as info:
         load_system(DATA / "systems" / "h100.toml", chip=chip)
-    check(info.value, "my-chip.toml", "memory.hbm_bandwidth_GBps", "a finite number > 0", "got -3350")
+    check(info.value, "my-chip.toml", "memory.hbm_bandwidth_GBps", ">= 0.001 and <= 1e+06 (GB/s)", "got -3350")
     with pytest.raises(ConfigError) as info:
         load_system("h100-8", chip=chip)                           # preset name + chip file alike
     check(info.value, "my-chip.toml", "memory.hbm_bandwidth_GBps", "got -3350")
@@ -256,7 +262,7 @@ MODEL_CASES = [
     ("zero-rows", "dlrm-small", "rows", "rows = [1000, 0, 10000, 30000, 100000, 300000, 1000000, 1000000]",
      "embeddings.rows[1]", ["an integer >= 1", "got 0"]),
     ("nan-pooling", "dlrm-small", "pooling", "pooling = [1, 2, nan, 8, 20, 1, 10, 5]", "embeddings.pooling[2]",
-     ["a finite number > 0", "got nan"]),
+     ["a finite number >= 0.001 and <= 100000 (lookups/sample)", "got nan"]),
     ("no-tables", "dlrm-small", "rows", "rows = []", "embeddings.rows", ["at least one table"]),
     ("missing-rows", "dlrm-small", "rows", DELETE, "embeddings.rows", ["is missing", "a list of numbers"]),
     ("duplicate-names", "dlrm-small", "names", 'names = ["c0", "c0", "c2", "c3", "c4", "c5", "c6", "c7"]',
@@ -264,7 +270,7 @@ MODEL_CASES = [
     ("sequence-not-bools", "hstu-seq", "sequence", "sequence = [1, 1, 0, 0, 0, 0]", "embeddings.sequence",
      ["a list of 6 true/false values"]),
     ("skew-above-1", "hstu-seq", "access_skew", "access_skew = [0.5, 1.0, 0.6, 0.8, 0.7, 1.5]",
-     "embeddings.access_skew[5]", ["> 0 and <= 1", "got 1.5"]),
+     "embeddings.access_skew[5]", [">= 0.001 and <= 1", "got 1.5"]),
     ("batch-nan", "dlrm-small", "global_batch", "global_batch = nan", "global_batch", ["an integer >= 1", "got nan"]),
     ("batch-zero", "dlrm-small", "global_batch", "global_batch = 0", "global_batch", ["an integer >= 1"]),
     ("unknown-optimizer", "dlrm-small", "dense_optimizer", 'dense_optimizer = "lamb"', "dense_optimizer",

@@ -106,12 +106,16 @@ def test_a_guard_file_and_its_errors(small_guard, tmp_path, capsys):
     assert pm.ShardCosts is ShardCosts and pm.load_shard_costs is load_shard_costs
     assert float(g.cap) == pytest.approx(5e-3) and float(g.tw[0]) == pytest.approx(tables[name]["table_wise"] * 1e-3)
     bad = [({"unit": "h"}, "field 'unit'.*allowed: s, ms, us"),
-           ({"cap": -1}, "field 'cap': must be a finite number > 0 and <= 1e\\+06, got -1"),
-           ({"cap": 1e50}, "field 'cap': must be a finite number > 0 and <= 1e\\+06, got 1e\\+50"),
+           ({"cap": -1}, "field 'cap': must be a finite number >= 1e-09 and <= 1e\\+06 \\(s\\), got -1"),
+           ({"cap": 1e50}, "field 'cap': must be a finite number >= 1e-09 and <= 1e\\+06 \\(s\\), got 1e\\+50"),
+           # a positive cap float32 makes 0 (every plan would be over it): under the least cap
+           ({"unit": "ms", "cap": 1e-300}, "field 'cap': must be a finite number >= 1e-06 and <= 1e\\+09 \\(ms\\), got 1e-300"),
+           ({"unit": ["ms"]}, "field 'unit': is \\['ms'\\]; allowed: s, ms, us"),
+           ({"tables": {name: {"column_wise": {"\u00b2": 2}}}}, "column_wise.\u00b2': shard count must be an integer in 2"),
            ({"tables": {"nope": {}}}, "field 'tables.nope': is not a table"),
            ({"tables": {name: {"diagonal": 1}}}, f"field 'tables.{name}.diagonal': unknown sharding type"),
-           ({"tables": {name: {"table_wise": float("nan")}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+06, got nan"),
-           ({"unit": "ms", "tables": {name: {"table_wise": 1e50}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+09"),
+           ({"tables": {name: {"table_wise": float("nan")}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+06 \\(s\\), got nan"),
+           ({"unit": "ms", "tables": {name: {"table_wise": 1e50}}}, "table_wise': must be a finite number >= 0 and <= 1e\\+09 \\(ms\\)"),
            ({"tables": {name: {"data_parallel": [1, 2]}}}, "data_parallel': has 2 entries; give one number, or 4"),
            ({"tables": {name: {"column_wise": {"1": 2}}}}, "column_wise.1': shard count must be an integer in 2"),
            ({"extra": 1}, "field 'extra': unknown field")]

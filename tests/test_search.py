@@ -396,7 +396,7 @@ def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
     huge = tmp_path / "huge.toml"
     text = (pm.config.DATA_DIR / "models" / "dlrm-small.toml").read_text()
     assert "global_batch = 4096" in text
-    huge.write_text(text.replace("global_batch = 4096", "global_batch = 400000000"))
+    huge.write_text(text.replace("global_batch = 4096", "global_batch = 100000000"))   # the most a model takes
     with pytest.raises(pm.ConfigError, match="fits on no plan"):
         pm.search(pm.load_system("h100-8"), pm.load_model(huge), budget_s=5)
 

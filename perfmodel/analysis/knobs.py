@@ -35,6 +35,7 @@ import numpy as np
 
 from ..config import ConfigError, preset_path, read_file
 from ..hardware import GBPS, TF, US, GB, System
+from ..schema import CHIP, MODEL, MODEL_LEAVES, SYSTEM, SYSTEM_LEAVES, Field
 from ..plan import ALGORITHMS, ALLOWED_ALGORITHMS, DENSE_MODES, PRECISIONS, PlanArrays
 from ..workload import RankingModel
 
@@ -59,9 +60,8 @@ class Knob:
     doc: str
     get: Callable[[State], object]
     set: Callable[[State, jax.Array], State]
-    lo: float = 0.0
-    hi: float = math.inf
-    lo_open: bool = False
+    lo: float = 0.0                        # bounds, inclusive, in the knob's unit (the schema's, where it
+    hi: float = math.inf                   # sets one field; a sweep also checks what it derives: check_values)
     integer: bool = False
     choices: tuple[str, ...] | None = None           # categorical: values are these names
     applies: Callable[[State], str | None] | None = None   # None if it applies, else why not
@@ -70,9 +70,9 @@ class Knob:
     def allowed(self) -> str:
         if self.choices:
             return "one of " + ", ".join(self.choices)
-        lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
         hi = "" if math.isinf(self.hi) else f" and <= {self.hi:g}"
-        return f"{'an integer' if self.integer else 'a number'} {lo}{hi}"
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{'an integer' if self.integer else 'a number'} >= {self.lo:g}{hi}{unit}"
 
     def label(self) -> str:
         """Axis label: the name with its unit."""
@@ -91,11 +91,9 @@ class Knob:
             except (TypeError, ValueError):
                 raise ConfigError("", where, f"value {value!r} is not a number; allowed: {self.allowed()}") from None
         v = float(value)
-        bad = (not math.isfinite(v) or v < self.lo or (self.lo_open and v == self.lo) or v > self.hi
-               or (self.integer and v != round(v)))
+        bad = not math.isfinite(v) or v < self.lo or v > self.hi or (self.integer and v != round(v))
         if bad:
-            raise ConfigError("", where, f"value {value!r} is out of range; allowed: {self.allowed()}"
-                              + (f" ({self.unit})" if self.unit else ""))
+            raise ConfigError("", where, f"value {value!r} is out of range; allowed: {self.allowed()}")
         return v
 
     def decode(self, x: float):
@@ -249,8 +247,21 @@ def _tables(st: State, **kw) -> State:
     return _model(st, tables=_rep(st.model.tables, **kw))
 
 
+def _bounds(f: Field, scale: float | None = None) -> dict:
+    """A knob's bounds from a schema field, in the knob's unit (`scale`: SI per knob unit; default:
+    the field's own unit)."""
+    r = 1.0 if scale is None else f.scale / scale
+    return dict(lo=f.lo * r, hi=f.hi * r, integer=f.integer)
+
+
+_BANDWIDTH = _bounds(CHIP["nic.pcie_bandwidth_GBps"])       # every link bandwidth's, in GB/s
+_SCALE = dict(lo=1e-6, hi=1e6)                             # a factor on table sizes (their own bounds apply)
+
+
 def _leaf(kind: str, name: str, unit: str, scale: float, doc: str, path: tuple[str, ...], **kw) -> "Knob":
-    """A knob that is one leaf of the System (path of attribute names) times a unit scale."""
+    """A knob that is one leaf of the System (path of attribute names) times a unit scale, within the
+    schema's bounds for that leaf."""
+    kw = {**_bounds(SYSTEM_LEAVES[".".join(path)], scale), **kw}
     def get(st: State):
         obj = st.system
         for p in path:
@@ -274,28 +285,29 @@ def _registry() -> dict[str, Knob]:
              "Per-chip, per-direction scale-out bandwidth of the NIC (nominal). On a NIC that also carries "
              "scale-up (serves_scale_up) the scale-up bandwidth stays fixed: total' = up + out', f' = up / total'. "
              "Behind PCIe the PCIe cap still applies (see the scale_out_link_Bps column).",
-             _get_out, _set_out, lo_open=True),
+             _get_out, _set_out, **_BANDWIDTH),
         Knob("scale_up_bandwidth_GBps", H, "GB/s",
              "Per-chip, per-direction scale-up bandwidth: the dedicated link (NVLink) or, on a NIC that carries "
              "scale-up, its scale-up share with the scale-out bandwidth kept fixed.",
-             _get_up, _set_up, lo_open=True),
+             _get_up, _set_up, **_BANDWIDTH),
         Knob("nic_bandwidth_GBps", H, "GB/s",
              "Total bandwidth of the chip's active NIC ports (ports x port bandwidth), the scale-up/scale-out "
              "split kept.",
              lambda st: float(_nic_total(st)) / GBPS,
-             lambda st, v: _nic(st, port_Bps=v * GBPS / st.system.nic.active_ports), lo_open=True),
+             lambda st, v: _nic(st, port_Bps=v * GBPS / st.system.nic.active_ports), **_BANDWIDTH),
         Knob("nic_scale_up_fraction", H, "",
              "Share of the NIC bandwidth given to scale-up on a NIC that carries both (MTIA 300, Gaudi 3); the "
              "total stays. The GPU-like split of an H100 (450 GB/s NVLink, 50 GB/s NIC) is 0.9.",
              lambda st: float(st.system.nic.scale_up_fraction),
-             lambda st, v: _nic(st, scale_up_fraction=v), lo=0.0, hi=0.999, lo_open=True, applies=_only_shared),
+             lambda st, v: _nic(st, scale_up_fraction=v), **_bounds(CHIP["nic.scale_up_fraction"]),
+             applies=_only_shared),
         Knob("nic_attach_pcie", H, "",
              "1: the NIC sits behind PCIe (bandwidth capped by pcie_bandwidth_GBps, pcie_latency_us added per "
              "message); 0: integrated in the package (DMA straight from HBM). Values in between blend linearly. "
              "An integrated NIC moved behind PCIe uses the chip's host PCIe link unless pcie_bandwidth_GBps is set.",
              lambda st: float(st.system.nic.pcie), lambda st, v: _nic(st, pcie=v), hi=1.0),
         _leaf(H, "pcie_bandwidth_GBps", "GB/s", GBPS, "Bandwidth of the PCIe link in front of a PCIe-attached NIC "
-              "(per direction); no effect while nic_attach_pcie = 0.", ("nic", "pcie_Bps"), lo_open=True),
+              "(per direction); no effect while nic_attach_pcie = 0.", ("nic", "pcie_Bps")),
         _leaf(H, "pcie_latency_us", "us", US, "Latency a PCIe-attached NIC adds to every network message.",
               ("nic", "pcie_latency_s")),
         _leaf(H, "nic_latency_us", "us", US, "NIC processing per message.", ("nic", "latency_s")),
@@ -304,13 +316,16 @@ def _registry() -> dict[str, Knob]:
         Knob("scale_out_latency_us", H, "us", "Wire and switch latency of every scale-out network level "
              "(NIC, host and PCIe costs are separate knobs).",
              lambda st: _level_value(st, "scale_out", "latency_s") / US,
-             lambda st, v: _levels(st, "scale_out", latency_s=v * US), applies=_needs_level("scale_out")),
+             lambda st, v: _levels(st, "scale_out", latency_s=v * US), **_bounds(SYSTEM["network.levels[].latency_us"]),
+             applies=_needs_level("scale_out")),
         Knob("scale_up_latency_us", H, "us", "Wire and switch latency of every scale-up network level.",
              lambda st: _level_value(st, "scale_up", "latency_s") / US,
-             lambda st, v: _levels(st, "scale_up", latency_s=v * US), applies=_needs_level("scale_up")),
+             lambda st, v: _levels(st, "scale_up", latency_s=v * US), **_bounds(SYSTEM["network.levels[].latency_us"]),
+             applies=_needs_level("scale_up")),
         Knob("scale_out_oversubscription", H, "", "Oversubscription of every scale-out level (1 = non-blocking).",
              lambda st: _level_value(st, "scale_out", "oversubscription"),
-             lambda st, v: _levels(st, "scale_out", oversubscription=v), lo=1.0, applies=_needs_level("scale_out")),
+             lambda st, v: _levels(st, "scale_out", oversubscription=v),
+             **_bounds(SYSTEM["network.levels[].oversubscription"]), applies=_needs_level("scale_out")),
         # ---- offload engines and core-driven collectives
         Knob("offload_engines", H, "engines",
              "Collective-offload (message) engines per chip. 0: collectives are core-driven (they take "
@@ -318,34 +333,31 @@ def _registry() -> dict[str, Knob]:
              "of HBM traffic). A chip without engines gets MTIA 300's engine design (clock, reduce throughput, "
              "setup, messages in flight), and the plan made for it is switched to use them.",
              lambda st: float(st.system.offload.engines), lambda st, v: _off(st, engines=v),
-             integer=True, prepare=_prepare_engines),
+             **_bounds(CHIP["offload.engines"]), prepare=_prepare_engines),
         _leaf(H, "engine_setup_us", "us", US, "Fixed cost of starting one collective on the offload engines.",
               ("offload", "setup_s")),
         Knob("engine_reduce_GBps", H, "GB/s", "Reduction throughput of one offload engine while all run at once "
              "(clock x bytes per cycle).",
              lambda st: float(st.system.offload.clock_Hz * st.system.offload.reduce_bytes_per_cycle_all_busy) / GBPS,
              lambda st, v: _off(st, reduce_bytes_per_cycle_all_busy=v * GBPS / st.system.offload.clock_Hz),
-             lo_open=True),
+             **_BANDWIDTH),
         _leaf(H, "core_collective_compute_fraction", "", 1.0, "Share of the compute units a core-driven "
-              "collective occupies while it runs (NCCL: ~16 of 132 SMs).", ("chip", "core_compute_fraction"), hi=0.9),
+              "collective occupies while it runs (NCCL: ~16 of 132 SMs).", ("chip", "core_compute_fraction")),
         _leaf(H, "core_collective_hbm_multiplier", "", 1.0, "HBM bytes a core-driven collective moves per "
               "network byte (2-3 for NCCL).", ("chip", "core_hbm_mult")),
         # ---- compute and memory
-        _leaf(H, "peak_bf16_TFLOPs", "TFLOP/s", TF, "Peak dense bf16 throughput.", ("chip", "peak_bf16_flops"),
-              lo_open=True),
-        _leaf(H, "peak_fp8_TFLOPs", "TFLOP/s", TF, "Peak dense fp8 throughput.", ("chip", "peak_fp8_flops"),
-              lo_open=True),
-        _leaf(H, "peak_fp32_TFLOPs", "TFLOP/s", TF, "Peak fp32 throughput.", ("chip", "peak_fp32_flops"),
-              lo_open=True),
+        _leaf(H, "peak_bf16_TFLOPs", "TFLOP/s", TF, "Peak dense bf16 throughput.", ("chip", "peak_bf16_flops")),
+        _leaf(H, "peak_fp8_TFLOPs", "TFLOP/s", TF, "Peak dense fp8 throughput.", ("chip", "peak_fp8_flops")),
+        _leaf(H, "peak_fp32_TFLOPs", "TFLOP/s", TF, "Peak fp32 throughput.", ("chip", "peak_fp32_flops")),
         _leaf(H, "matmul_efficiency_max", "", 1.0, "Fraction of peak a large GEMM reaches.",
-              ("chip", "matmul_eff_max"), hi=1.0, lo_open=True),
+              ("chip", "matmul_eff_max")),
         _leaf(H, "hbm_bandwidth_GBps", "GB/s", GBPS, "Peak HBM bandwidth (achievable = x hbm_efficiency).",
-              ("chip", "hbm_Bps"), lo_open=True),
+              ("chip", "hbm_Bps")),
         _leaf(H, "hbm_capacity_GB", "GB", GB, "HBM capacity per chip (usable = x hbm_usable_fraction).",
-              ("chip", "hbm_bytes"), lo_open=True),
+              ("chip", "hbm_bytes")),
         _leaf(H, "launch_overhead_us", "us", US, "Fixed cost per kernel.", ("chip", "launch_s")),
         _leaf(H, "host_link_bandwidth_GBps", "GB/s", GBPS, "Chip-to-host link (host-DRAM embeddings).",
-              ("chip", "host_link_Bps"), lo_open=True),
+              ("chip", "host_link_Bps")),
         # ---- cost and power
         _leaf(H, "chip_usd_per_hour", "$/h", 1.0, "Price of one chip per hour (presets: placeholders).",
               ("chip", "usd_per_hour")),
@@ -353,11 +365,11 @@ def _registry() -> dict[str, Knob]:
         # ---- workload
         Knob("global_batch", W, "samples", "Samples per training step, over all chips.",
              lambda st: float(st.model.global_batch), lambda st, v: _model(st, global_batch=v),
-             lo=1.0, integer=True),
+             **_bounds(MODEL["global_batch"])),
         Knob("pooling_scale", W, "x", "Multiplies every table's pooling factor (lookups per sample).",
-             lambda st: 1.0, lambda st, v: _tables(st, pooling=st.model.tables.pooling * v), lo_open=True),
+             lambda st: 1.0, lambda st, v: _tables(st, pooling=st.model.tables.pooling * v), **_SCALE),
         Knob("embedding_rows_scale", W, "x", "Multiplies every table's row count (memory, unique rows updated).",
-             lambda st: 1.0, lambda st, v: _tables(st, rows=st.model.tables.rows * v), lo_open=True),
+             lambda st: 1.0, lambda st, v: _tables(st, rows=st.model.tables.rows * v), **_SCALE),
         # ---- plan
         Knob("a2a_precision", P, "", "Precision of the embedding all-to-alls (output and gradient distribution).",
              _onehot_getter("a2a_precision", PRECISIONS), _onehot_setter("a2a_precision", len(PRECISIONS)),
@@ -429,6 +441,73 @@ def apply(names, state: State, values) -> State:
     return state
 
 
+MAX_CORNERS = 1024     # points check_values sets the knobs to: every one of a sweep, or its box's corners
+
+
+def _leaves(obj, leaves: dict):
+    """(leaf name, field, value) of every schema leaf of a System or RankingModel."""
+    for name, f in leaves.items():
+        *path, last = name.split(".")
+        objs = [obj]
+        for part in path:
+            objs = [x for o in objs for x in (getattr(o, part[:-2]) if part.endswith("[]") else [getattr(o, part)])]
+        for o in objs:
+            yield name, f, getattr(o, last)
+
+
+def _out_of_bounds(before: State, after: State):
+    """(field, value in its unit) of the first leaf the knobs changed to a value outside the schema's
+    bounds (not finite, or beyond them by more than float32 rounding), or None."""
+    for b, a, leaves in ((before.system, after.system, SYSTEM_LEAVES), (before.model, after.model, MODEL_LEAVES)):
+        for (_, f, x0), (_, _, x) in zip(_leaves(b, leaves), _leaves(a, leaves)):
+            if x is x0:
+                continue
+            v = np.asarray(x, np.float64) / f.scale
+            bad = ~np.isfinite(v) | (v < f.lo * (1 - 1e-6)) | (v > f.hi * (1 + 1e-6))
+            if np.any(bad):
+                return f, float(v[bad].flat[0]) if v.ndim else float(v)
+    return None
+
+
+def _corners(values: np.ndarray) -> np.ndarray:
+    """Points that bound what a sweep over `values` ([N, K]) sets: every point when there are few,
+    else the corners of their box (each leaf is monotone in each knob), else each knob alone at its
+    least and greatest value with the others at their least, and all at their greatest."""
+    if len(values) <= MAX_CORNERS:
+        return values
+    lo, hi = values.min(axis=0), values.max(axis=0)
+    K = values.shape[1]
+    if 2 ** K <= MAX_CORNERS:
+        pick = (np.arange(2 ** K)[:, None] >> np.arange(K)) & 1
+        return np.where(pick == 1, hi, lo)
+    alone = np.repeat(lo[None], K, axis=0)
+    alone[np.arange(K), np.arange(K)] = hi
+    return np.concatenate([lo[None], hi[None], alone])
+
+
+def check_values(names, values: np.ndarray, state: State) -> None:
+    """ConfigError if the knobs `names` (application order), set to some row of `values` ([N, K],
+    encoded), would set a field of the system or model outside the schema's bounds: a derived one
+    (scale_out_bandwidth_GBps sets the port bandwidth and the NIC split; embedding_rows_scale every
+    table's rows) or a leaf beyond float32. Values are checked one by one by Knob.encode; this
+    checks what they make. `state` holds a plan (the knobs' prepare steps may need it)."""
+    hw = [j for j, n in enumerate(names) if knob(n).kind != "plan"]
+    if not hw:
+        return
+    sub = [names[j] for j in hw]
+    base = prepare(sub, state)
+    for row in _corners(np.asarray(values, np.float64)[:, hw]):
+        bad = _out_of_bounds(base, apply(sub, base, [np.float64(v) for v in row]))
+        if bad is None:
+            continue
+        f, got = bad
+        changed = [(n, knob(n).decode(v)) for n, v in zip(sub, row)]
+        what = ", ".join(f"{n}={v:g}" if isinstance(v, float) else f"{n}={v}" for n, v in changed)
+        field = f"vary.{sub[0]}" if len(sub) == 1 else "vary"
+        raise ConfigError("", field, f"{what} make{'s' if len(sub) == 1 else ''} {f.name} {got:.6g}, outside "
+                          f"what the model takes: {f.allowed()}")
+
+
 def set_knobs(system: System, model: RankingModel, plan: PlanArrays, **values) -> State:
     """Concrete: (system, model, plan arrays) with the named knobs set, e.g.
     set_knobs(s, m, pa, scale_out_bandwidth_GBps=400, offload_engines=0)."""
@@ -436,6 +515,7 @@ def set_knobs(system: System, model: RankingModel, plan: PlanArrays, **values) -
     check_applies(values, state)
     names = order(values)
     enc = [knob(n).encode(values[n]) for n in names]
+    check_values(names, np.asarray([enc]), state)
     state = prepare(names, state)
     return apply(names, state, [jnp.asarray(v, jnp.float32) for v in enc])
 

@@ -18,6 +18,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import Breakdown, as_model, as_system, evaluate
 from ..hardware import System, load_system
+from ..schema import MAX_CHIPS
 from ..workload import RankingModel
 from .table import make_table
 
@@ -43,6 +44,8 @@ def evaluate_systems(systems: Sequence, model: RankingModel, plan: Callable | No
     (the default plan unless `plan(system, model)` is given)."""
     make = _planner(plan)
     model = as_model(model)
+    if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
+        raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
     out = {}
     for s in systems:
         system = as_system(s)
@@ -55,6 +58,8 @@ def compare(systems: Sequence, model: RankingModel, plan: Callable | None = None
     """One row per system (or per entry of `breakdowns`, if given): chips, step_s, samples_per_s, exposed_comm_s, mfu, feasible,
     usd_per_million_samples, joules_per_sample and power_W (all hosts, = joules/sample x samples/s)."""
     bds = breakdowns if breakdowns is not None else evaluate_systems(systems, model, plan)
+    if not bds:
+        raise ConfigError("", "breakdowns", "is empty: give at least one system's Breakdown")
     rows = []
     for name, bd in bds.items():
         thr = float(bd.samples_per_s)
@@ -77,9 +82,11 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     """
     if mode not in MODES:
         raise ConfigError("", "mode", f"is {mode!r}; allowed: {', '.join(MODES)}")
+    whole = lambda c: isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) and 1 <= c <= MAX_CHIPS
+    if isinstance(chips, str) or not isinstance(chips, (Sequence, np.ndarray)) or len(chips) == 0 \
+            or not all(whole(c) for c in chips):
+        raise ConfigError("", "chips", f"must list chip counts, integers from 1 to {MAX_CHIPS:,}, got {chips!r}")
     chips = sorted({int(c) for c in chips})
-    if not chips or chips[0] < 1:
-        raise ConfigError("", "chips", "must list chip counts >= 1")
     name = system.name if isinstance(system, System) else str(system)
     model = as_model(model)
     make = _planner(plan)

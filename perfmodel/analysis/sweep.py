@@ -87,8 +87,9 @@ def parse_values(text: str, name: str = "") -> list:
         except ValueError:
             raise ConfigError("", where, f"range {text!r} must be start:stop:count with numbers "
                               "(count an integer >= 1)") from None
-        if n < 1 or not (math.isfinite(a) and math.isfinite(b)):
-            raise ConfigError("", where, f"range {text!r}: count must be >= 1 and the ends finite")
+        if not 1 <= n <= MAX_POINTS or not (math.isfinite(a) and math.isfinite(b)):
+            raise ConfigError("", where, f"range {text!r}: count must be from 1 to {MAX_POINTS:,} and the ends "
+                              "finite")
         if log and (a <= 0 or b <= 0):
             raise ConfigError("", where, f"range {text!r}: log spacing needs a start and stop > 0")
         vals = (np.geomspace(a, b, n) if log else np.linspace(a, b, n)).tolist()
@@ -210,6 +211,7 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     order = K.order(names)
     perm = [names.index(n) for n in order]
     values = enc[:, perm]
+    K.check_values(order, values, base._replace(plan=_dummy_plan(system, model)))
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError("", "chunk", f"must be a positive integer, got {chunk!r}")
     chunk = chunk or default_chunk(system, model)

@@ -25,7 +25,7 @@ import itertools
 import numpy as np
 
 from ..cache import jit
-from ..config import ConfigError
+from ..config import ConfigError, fmt_bytes
 from ..cost.arrays import as_numpy, xp_of
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
@@ -97,8 +97,8 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
             break
     budget = HEADROOM * (cap - dense - act - buffers)
     if budget <= 0:
-        raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: the dense part and "
-                          f"activations alone need {(dense + act + buffers) / 1e9:.1f} GB of {cap / 1e9:.1f} GB per device")
+        raise _no_plan(system, model, f"the dense part and activations alone need {fmt_bytes(dense + act + buffers)} "
+                       f"of the {fmt_bytes(cap)} a device may use (the chip's HBM x hbm_usable_fraction)")
 
     tables: dict[str, TablePlan] = {}
     used = np.zeros(D)
@@ -135,10 +135,9 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
         room = budget - used.max()
         ratio = min(1.0, common) if common >= 0.01 else (1.0 if share <= room else room / share)
         if ratio < 0.01 or (1.0 - ratio) * share > float(system.chip.host_dram_bytes) - host_used:
-            raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: table "
-                              f"{names[i]} needs {share / 1e9:.1f} GB per device even row-wise over "
-                              f"{D} devices; {max(room, 0) / 1e9:.1f} GB of HBM and "
-                              f"{float(system.chip.host_dram_bytes) / 1e9:.0f} GB of host DRAM are left")
+            raise _no_plan(system, model, f"table {names[i]} needs {fmt_bytes(share)} per device even row-wise "
+                           f"over {D} devices; {fmt_bytes(max(room, 0))} of HBM and "
+                           f"{fmt_bytes(float(system.chip.host_dram_bytes) - host_used)} of host DRAM are left")
         tables[names[i]] = TablePlan("row_wise", list(range(D)), round(float(ratio), 4))
         used += share * ratio
         host_used += share * (1.0 - ratio)
@@ -169,8 +168,8 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
             choice = next(d for d in order if d not in taken)
             room = budget - used[choice]
             if room <= 0.05 * nbytes:
-                raise ConfigError("", "model", f"{model.name} fits on no plan of {system.name}: table "
-                                  f"{names[i]} ({nbytes / 1e9:.1f} GB per shard) finds no device with room")
+                raise _no_plan(system, model, f"table {names[i]} ({fmt_bytes(nbytes)} per shard) finds no device "
+                               "with room")
             cache[i] = min(cache.get(i, 1.0), room / nbytes)
         taken.append(int(choice))
         used[choice] += nbytes * cache.get(i, 1.0)
@@ -202,6 +201,12 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     return candidates[best] if scores[best] < INFEASIBLE else base
 
 
-def default_plan(system: System, model: RankingModel) -> Plan:
-    """A sensible, memory-feasible plan: the greedy planner's."""
-    return greedy_plan(system, model)
+def _no_plan(system: System, model: RankingModel, why: str) -> ConfigError:
+    return ConfigError(f"model {model.name} on system {system.name}", "model", f"fits on no plan: {why}")
+
+
+def default_plan(system: System | str, model: RankingModel | str) -> Plan:
+    """A sensible, memory-feasible plan: the greedy planner's. `system` and `model` may be objects,
+    or preset names or file paths (as evaluate takes them)."""
+    from ..evaluate import as_model, as_system
+    return greedy_plan(as_system(system), as_model(model))

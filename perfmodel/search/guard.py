@@ -26,6 +26,7 @@ roundings are scored and descended with it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import jax
@@ -40,6 +41,7 @@ from ..workload import RankingModel
 
 UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
 MAX_S = 1e6              # seconds: the largest cost or cap a guard takes (assumed: no step costs 11 days)
+MIN_CAP_S = 1e-9         # seconds: the smallest cap (a nanosecond; 1e-300 ms was 0 in float32, every plan over it)
 TOLERANCE = 1e-5         # relative: float32 sums of a plan's shard costs meet a cap they equal
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -73,10 +75,10 @@ class ShardCosts:
         if unknown:
             raise ConfigError(src, unknown[0], "unknown field; allowed: name, unit, cap, tables, source")
         unit = data.get("unit", "s")
-        if unit not in UNITS:
+        if not isinstance(unit, str) or unit not in UNITS:
             raise ConfigError(src, "unit", f"is {unit!r}; allowed: {', '.join(UNITS)}")
         scale = UNITS[unit]
-        cap = _number(data.get("cap"), src, "cap", scale, positive=True)
+        cap = _number(data.get("cap"), src, "cap", scale, least=MIN_CAP_S)
         tables = data.get("tables")
         names = list(model.tables.names)
         if not isinstance(tables, dict) or not tables:
@@ -106,7 +108,7 @@ class ShardCosts:
                 if not isinstance(split, dict):
                     raise ConfigError(src, f"{where}.column_wise", "must map shard counts k (2, 3, ...) to one shard's cost")
                 for k, v in split.items():
-                    if not (str(k).isdigit() and 2 <= int(k) <= kmax):
+                    if not (re.fullmatch(r"[0-9]{1,9}", str(k)) and 2 <= int(k) <= kmax):
                         raise ConfigError(src, f"{where}.column_wise.{k}", f"shard count must be an integer in 2..{kmax}")
                     cw[t, int(k)] = _number(v, src, f"{where}.column_wise.{k}", scale)
         f = lambda x: np.asarray(x, np.float32)
@@ -195,11 +197,12 @@ def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:
     return ShardCosts.from_dict(system, model, read_file(path), src=str(path))
 
 
-def _number(x, src: str, field: str, scale: float, positive: bool = False) -> float:
+def _number(x, src: str, field: str, scale: float, least: float = 0.0) -> float:
     """A cost or the cap, in seconds (`scale`: the file's unit), checked by config.check_number: finite,
-    >= 0 (> 0: the cap), and at most MAX_S seconds, so that float32 sums stay finite (a cost of 1e50
-    ms overflowed to inf and the guard's sum was NaN)."""
-    return check_number(x, Num(field, lo=0.0, lo_open=positive, hi=MAX_S / scale), src, field) * scale
+    at least `least` seconds (the cap: MIN_CAP_S, so that float32 holds it, not 0) and at most MAX_S,
+    so that float32 sums stay finite (a cost of 1e50 ms overflowed to inf and the guard's sum was NaN)."""
+    spec = Num(field, lo=least / scale, hi=MAX_S / scale, unit=next(u for u, f in UNITS.items() if f == scale))
+    return check_number(x, spec, src, field) * scale
 
 
 def _per_device(x, width: int, src: str, field: str, scale: float) -> np.ndarray:

@@ -78,36 +78,56 @@ class Dataset:
 # ------------------------------------------------------------------------------------- loading
 
 def load_datasets(folder: str | Path | None = None) -> list[Dataset]:
-    """Every CSV of `folder` (default data/measurements), checked: one clear error per problem."""
+    """Every CSV of `folder` (default data/measurements/collectives), checked: one clear error per problem."""
     folder = Path(folder) if folder else MEASUREMENTS
     if not folder.is_dir():
         raise ConfigError(str(folder), "", "no such folder of measurements")
     out = []
     for path in sorted(folder.glob("*.csv")):
         ds = Dataset(path.stem, path)
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigError(str(path), missing[0], f"column is missing; a dataset has columns {', '.join(COLUMNS)}")
-            for i, raw in enumerate(reader, start=2):
-                ds.rows.append(_row(raw, f"{path}:{i}"))
-        if not ds.rows:
-            raise ConfigError(str(path), "", "holds no rows")
+        systems: dict[str, str] = {}           # system name -> where it was first named
+        try:
+            with path.open(newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+                if missing:
+                    raise ConfigError(str(path), missing[0], f"column is missing; a dataset has columns {', '.join(COLUMNS)}")
+                for i, raw in enumerate(reader, start=2):
+                    ds.rows.append(_row(raw, f"{path}:{i}"))
+                    systems.setdefault(ds.rows[-1].system, f"{path}:{i}")
+        except UnicodeDecodeError as err:
+            raise ConfigError(str(path), "", f"is not UTF-8 text (byte {err.start}: {err.reason}); a dataset is a "
+                              "UTF-8 CSV") from None
+        except (OSError, csv.Error) as err:
+            raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+        if len(ds.rows) < 2:
+            raise ConfigError(str(path), "", f"holds {len(ds.rows)} row{'' if len(ds.rows) == 1 else 's'}; a dataset needs at least 2 (half fit the "
+                              "calibration, half judge it)")
+        for name, where in systems.items():
+            try:
+                load_system(name)
+            except ConfigError as err:
+                raise ConfigError(where, "system", err.message) from None
         out.append(ds)
     if not out:
         raise ConfigError(str(folder), "", "holds no *.csv datasets")
     return out
 
 
+# bounds that keep a row's time finite in float32 (a size of 1e300 bytes made it NaN)
+ROW_BOUNDS = {"size_bytes": (1.0, 1e15, "bytes"), "value": (1e-6, 1e9, "GB/s, or us for time_us")}
+
+
 def _row(raw: dict, where: str) -> Row:
     def num(key):
+        lo, hi, unit = ROW_BOUNDS[key]
+        allowed = f"a number from {lo:g} to {hi:g} ({unit})"
         try:
             v = float(raw[key])
         except (TypeError, ValueError):
-            raise ConfigError(where, key, f"must be a number, got {raw[key]!r}") from None
-        if not (v > 0 and math.isfinite(v)):
-            raise ConfigError(where, key, f"must be a positive finite number, got {raw[key]!r}")
+            raise ConfigError(where, key, f"must be {allowed}, got {raw[key]!r}") from None
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise ConfigError(where, key, f"must be {allowed}, got {raw[key]!r}")
         return v
     if raw["collective"] not in COLLECTIVES:
         raise ConfigError(where, "collective", f"is {raw['collective']!r}; allowed: {', '.join(COLLECTIVES)}")
