@@ -115,7 +115,8 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     def timed(lat, bytes_s, bus_s, per_ch):           # [..., X, P] latencies; [..., X] bytes and bus times
         bw = bytes_s[..., None] / t.share
         bw = xp.concatenate([xp.maximum(bw[..., :1], bus_s[..., None]), bw[..., 1:]], axis=-1)    # LL's cap
-        nc = xp.minimum(1.0, xp.maximum(1.0 / ch, S.reshape(S.shape + (1,) * per_ch.ndim) / (ch * np.maximum(per_ch, 1e-30))))
+        per = np.where(per_ch > 0, per_ch, 1.0).astype(np.float32)       # (0: no reduction by size)
+        nc = xp.minimum(1.0, xp.maximum(1.0 / ch, S.reshape(S.shape + (1,) * per_ch.ndim) / (ch * per)))
         nc = xp.where(per_ch > 0, nc, 1.0)
         return hard_min(lat + bw / nc, -1)
 

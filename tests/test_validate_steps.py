@@ -1,0 +1,124 @@
+"""Whole-step validation (perfmodel/validate/steps.py): the MLPerf dataset holds the published figures,
+bad rows get one clear error, and the stored results (data/measurements/steps/results.json, written
+by `perfmodel validate --kind steps --json`) are what the model computes today: every plan they hold
+evaluates to the step they report, and every error is the ratio they show. A model change that moves
+a figure fails here until the results are written again (data/measurements/README.md says how)."""
+
+import csv
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from perfmodel.config import ConfigError
+from perfmodel.validate import steps as st
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "measurements" / "mlperf_dlrmv2_steps.csv"
+RESULTS = ROOT / "data" / "measurements" / "steps" / "results.json"
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    (ds,) = st.load_step_datasets()
+    return ds
+
+
+@pytest.fixture(scope="module")
+def results():
+    rep = json.loads(RESULTS.read_text())
+    (d,) = rep["steps"]["datasets"]
+    return d
+
+
+def test_the_dataset_holds_the_published_steps(dataset):
+    assert dataset.name == "mlperf_dlrm_dcnv2" and len(dataset.rows) == 9
+    got = sorted((r.global_batch, r.ms_per_step) for r in dataset.rows)
+    assert got == sorted([(55296, 7.150), (135168, 5.051), (55296, 10.354), (28000, 3.702), (32768, 4.361),
+                          (49152, 5.849), (55296, 4.733), (55296, 3.536), (135168, 2.354)])
+    if SHARED.is_file():     # beside the repository's checkout: the copy equals its source
+        shared = sorted((int(r["global_batch"]), float(r["ms_per_step"])) for r in csv.DictReader(SHARED.open()))
+        assert shared == got
+    assert all(r.source.startswith("https://github.com/mlcommons/training_results_v") for r in dataset.rows)
+    # what the runs used: fp16 dense compute and all-to-alls (as bf16 runs them), SHARP on Eos's 8 nodes
+    assert {r.dense_dtype for r in dataset.rows} == {"bf16"} and all("bf16" in r.precisions for r in dataset.rows)
+    assert [r.system for r in dataset.rows if r.in_network] == ["h100ib-64"]
+
+
+HEADER = "system,model,global_batch,dense_dtype,comm_precisions,in_network_reduction,plan_settings,ms_per_step,run,source\n"
+
+
+@pytest.mark.parametrize("line,field", [
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp12,fp32,no,,3.5,r,s", "dense_dtype"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296.5,fp16,fp32,no,,3.5,r,s", "global_batch"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,-3.5,r,s", "ms_per_step"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp64,no,,3.5,r,s", "comm_precisions"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,chunks=2,3.5,r,s", "plan_settings"),
+    ("h100-64,dlrm-dcnv2-mlperf,55296,fp16,fp32,yes,,3.5,r,s", "in_network_reduction"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,", "source"),
+    ("nope-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,s", "system"),
+])
+def test_a_bad_row_is_one_error_naming_file_line_and_field(tmp_path, line, field):
+    (tmp_path / "bad.csv").write_text(HEADER + line + "\n")
+    with pytest.raises(ConfigError) as err:
+        st.load_step_datasets(tmp_path)
+    assert err.value.field == field and err.value.source.endswith("bad.csv:2"), (err.value.source, err.value.field)
+
+
+def test_a_missing_column_or_non_utf8_file(tmp_path):
+    (tmp_path / "a.csv").write_text(HEADER.replace("ms_per_step,", ""))
+    with pytest.raises(ConfigError, match="ms_per_step"):
+        st.load_step_datasets(tmp_path)
+    (tmp_path / "a.csv").write_bytes(HEADER.encode() + b"\xff\xfe\n")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        st.load_step_datasets(tmp_path)
+
+
+def test_stored_results_are_what_the_model_computes(dataset, results):
+    """Each stored plan, evaluated on its run's system and batch, gives the stored step; the stored
+    errors are those steps over the measured ones; the geometric mean is theirs."""
+    assert [r["measured_ms"] for r in results["rows"]] == [r.ms_per_step for r in dataset.rows]
+    for row, out in zip(dataset.rows, results["rows"]):
+        system, model = st.problem(row)
+        plan = st.row_plan(out, system, model)
+        for key, value in row.settings.items():          # the run's fixed settings are the plan's
+            assert getattr(plan, key) == value
+        assert st._step_ms(system, model, plan) == pytest.approx(out["blind_ms"], rel=1e-4), row.where
+        assert out["blind_err"] == pytest.approx(out["blind_ms"] / out["measured_ms"] - 1.0, rel=1e-9)
+    blind = [r["blind_ms"] for r in results["rows"]]
+    meas = [r["measured_ms"] for r in results["rows"]]
+    assert results["blind_geomean_err"] == pytest.approx(st.geomean(blind, meas), rel=1e-9)
+    assert results["blind_max_err"] == pytest.approx(max(abs(b / m - 1) for b, m in zip(blind, meas)), rel=1e-9)
+
+
+def test_stored_leave_one_system_out_predictions_reproduce(dataset, results):
+    """Each system's calibrated plan, evaluated at the parameters fitted without it, gives the
+    stored step; the fold's parameters were fitted on the other systems (one fold per system)."""
+    assert set(results["folds"]) == {r.system for r in dataset.rows}
+    for row, out in zip(dataset.rows, results["rows"]):
+        theta = jnp.asarray([results["folds"][row.system][p] for p in st.PARAMETERS], jnp.float32)
+        system, model = st.problem(row)
+        system = st.scaled(system, theta)
+        plan = st.row_plan({"plan": out["calibrated_plan"]}, system, model)
+        assert st._step_ms(system, model, plan) == pytest.approx(out["calibrated_ms"], rel=1e-4), row.where
+        assert out["calibrated_err"] == pytest.approx(out["calibrated_ms"] / out["measured_ms"] - 1.0, rel=1e-9)
+    cal = [r["calibrated_ms"] for r in results["rows"]]
+    assert results["calibrated_geomean_err"] == pytest.approx(st.geomean(cal, [r["measured_ms"] for r in results["rows"]]),
+                                                              rel=1e-9)
+
+
+def test_shared_parameters_scale_what_they_name(dataset):
+    """gemm scales every chip's matmul efficiency (capped at 1), gather the embedding kernels', latency
+    every per-step and per-call latency; zero log-scales leave the system as it is."""
+    system, _ = st.problem(dataset.rows[0])
+    same = st.scaled(system, jnp.zeros(len(st.PARAMETERS)))
+    assert float(same.chip.matmul_eff_max) == pytest.approx(float(system.chip.matmul_eff_max))
+    up = st.scaled(system, jnp.log(jnp.asarray([1.1, 1.2, 2.0])))
+    assert float(up.chip.matmul_eff_max) == pytest.approx(min(1.0, 1.1 * float(system.chip.matmul_eff_max)), rel=1e-6)
+    assert float(up.chip.gather_eff_max) == pytest.approx(min(1.0, 1.2 * float(system.chip.gather_eff_max)), rel=1e-6)
+    assert float(up.nic.latency_s) == pytest.approx(2.0 * float(system.nic.latency_s), rel=1e-6)
+    assert float(up.chip.core_call_s) == pytest.approx(2.0 * float(system.chip.core_call_s), rel=1e-6)
+    assert float(up.levels[-1].latency_s) == pytest.approx(2.0 * float(system.levels[-1].latency_s), rel=1e-6)
+    assert np.isfinite(float(up.chip.hbm_Bps))
