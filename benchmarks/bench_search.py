@@ -31,7 +31,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import numpy as np  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
@@ -171,7 +170,7 @@ def main() -> int:
                 targets.append((by["gradient"] <= min(by["random"], by["evolutionary"]),
                                 f"{r['instance']}: gradient better than random and evolutionary in the same wall time"))
     if "ablation" in sections:
-        print(f"\n== gradient information: with (gradients=True) and without (False), seed 0 ==")
+        print("\n== gradient information: with (gradients=True) and without (False), seed 0 ==")
         ab = [run_ablation(m, s, args.iterations, args.ablation_iterations, args.budget_s) for m, s in suite]
         large = [a for a in ab if a["large"]]
         if large:

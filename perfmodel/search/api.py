@@ -200,11 +200,10 @@ def _search(system, model, method, *, seed, budget_s, iterations, precisions, sh
                      freeze_settings=freeze_settings, guard=guard)
     out = run(make_method(method, options.start, options, p), p, seed, budget, on_round)
     plan = out.plan
-    base = options.start if options.start is not None else None
     if isinstance(plan, PlanArrays):            # a sampler's best: its one-hot arrays
         plan = from_arrays(plan, system, model)
         if freeze_settings:
-            plan = p.with_settings_of(base or greedy_plan(system, model))(plan)
+            plan = p.with_settings_of(options.start or greedy_plan(system, model))(plan)
     notes = dict(out.notes)
     evaluations = notes.pop("evaluations", 0)
     if method not in ("greedy", "exact"):

@@ -106,13 +106,14 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
         add(tr_t, TWRW, np.zeros((len(tr_t), 1)), 1, tr_h, cache_now[tr_t], est, dom_order[tr_h])
     if infeasible:                   # a smaller share in HBM, the table's type and devices kept
         few = np.asarray([len(plan.tables[n].ranks) <= CW_MOVE_SHARDS for n in names])
+        kept = np.full((T, CW_MOVE_SHARDS), -1)
+        for i, n in enumerate(names):
+            r = plan.tables[n].ranks if cur[i] in (TW, CW) else [0]
+            kept[i, :min(len(r), CW_MOVE_SHARDS)] = r[:CW_MOVE_SHARDS]
+        doms = np.asarray([plan.tables[n].ranks[0] // L for n in names])
         for ratio in (0.5, 0.2, 0.05):
             t = np.flatnonzero((cur != DP) & (cache_now > ratio) & few)
-            devs = np.asarray([(plan.tables[names[i]].ranks if cur[i] in (TW, CW) else [0]) + [-1] * CW_MOVE_SHARDS
-                               for i in t], dtype=object)
-            devs = np.asarray([list(r[:CW_MOVE_SHARDS]) for r in devs], np.int64).reshape(len(t), CW_MOVE_SHARDS)
-            doms = np.asarray([plan.tables[names[i]].ranks[0] // L for i in t], np.int64)
-            add(t, cur[t], devs, np.where(cur[t] == CW, k_now[t], 1), doms, ratio, gcache[t] * (ratio - cache_now[t]))
+            add(t, cur[t], kept[t], np.where(cur[t] == CW, k_now[t], 1), doms[t], ratio, gcache[t] * (ratio - cache_now[t]))
     if not cols:
         return empty_moves(), np.zeros(0), np.zeros(0)
     join = lambda xs: np.concatenate(xs)

@@ -51,7 +51,7 @@ class Problem:
     numpy_problem: tuple = field(init=False)     # (system, model) with numpy leaves
 
     def __post_init__(self):
-        system, model, masks = self.system, self.model, self.masks
+        system, model = self.system, self.model
         T, D = model.tables.count, system.num_chips
         put = lambda k, v: object.__setattr__(self, k, v)
         put("T", T), put("D", D), put("L", system.domain_size), put("H", D // system.domain_size)
