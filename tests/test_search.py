@@ -99,18 +99,18 @@ def test_same_seed_same_plan_and_figures(small_setup):
     assert sum(ph["seconds"] for ph in phases) <= b.wall_s + 1e-6
 
 
-def test_fewer_iterations_stop_the_search_at_the_same_plans_on_the_way(small_setup):
-    """Iterations bound the work: a search given N rounds takes N (stopped "iterations") and its
-    anytime profile is, step for step, the longer search's up to there; its plan is one the longer
-    search held."""
+def test_iterations_bound_the_work_and_fix_the_plan(small_setup):
+    """A search given N rounds takes exactly N (stopped "iterations", not cut by any clock), gives
+    the same plan for the same N, and is never worse than greedy's plan; the phases' shares are
+    shares of N, so a smaller N is another search, not a prefix of a larger one."""
     system, model = small_setup
-    full = pm.search(system, model, "gradient", seed=1, iterations=400, budget_s=None)
+    greedy = float(pm.evaluate(system, model, pm.greedy_plan(system, model)).step_s)
     for n in (1, 30, 200):
-        cut = pm.search(system, model, "gradient", seed=1, iterations=n, budget_s=None)
-        assert cut.iterations == n and cut.stopped == "iterations" and cut.converged
-        steps = [s for _, s in cut.notes["progress"]]
-        assert steps == [s for _, s in full.notes["progress"]][:len(steps)]
-        assert cut.step_s >= full.step_s * (1 - 1e-9)
+        a, b = (pm.search(system, model, "gradient", seed=1, iterations=n, budget_s=None) for _ in range(2))
+        assert a.iterations == n and a.stopped == "iterations" and a.converged
+        assert a.plan.to_dict() == b.plan.to_dict() and a.step_s == b.step_s
+        assert a.step_s <= greedy * (1 + 1e-6)
+        assert sum(ph["rounds"] for ph in a.notes["phases"]) == n
 
 
 def test_more_relaxed_batches_never_lose(small_setup):

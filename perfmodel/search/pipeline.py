@@ -9,7 +9,8 @@
            (argmax, and argmax repacked), the FINALISTS best roundings raced with half the rounds
            left (the start's descent joins the first race when it had not stopped); batches from
            other seeds, restart 0 warm from the best plan, while a batch takes at most half the
-           rounds left, up to `batches`.
+           rounds left, up to `batches`; none that would leave its roundings fewer rounds than its
+           steps.
   kicks    iterated local search: the best plan kicked (a few seeded random table moves) and
            descended, kept when better; `planned` kicks.
 
@@ -170,7 +171,9 @@ class Gradient:
         return self._begin_relaxed(p, s, budget) if self.o.relaxed else self._begin_kicks(p, s)
 
     def _begin_relaxed(self, p, s, budget) -> State:
-        if s.batches >= self.o.batches:
+        left = budget.left()
+        # a batch whose steps would leave its roundings no rounds to descend is not begun
+        if s.batches >= self.o.batches or (left is not None and left < 2 * (self.o.steps + 1)):
             return self._begin_kicks(p, s)
         entropy = s.seed if s.batches == 0 else [s.seed, s.batches]
         warm = s.greedy if s.batches == 0 else s.best_plan
