@@ -42,7 +42,7 @@ from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS, compile_
 from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
 from perfmodel.search import adam as gs  # noqa: E402
-from perfmodel.search import score as local  # noqa: E402
+from perfmodel.search import score  # noqa: E402
 from perfmodel.search.greedy import greedy_plan  # noqa: E402
 from perfmodel.search.instances import parse_instances  # noqa: E402
 from perfmodel.search.relax import make_masks  # noqa: E402
@@ -58,12 +58,12 @@ def programs(system, model):
     """(name, python function, args, the option set the library uses) of the three programs."""
     plan = greedy_plan(system, model)
     pa = plan_arrays(plan, system, model)
-    batch = stack([pa] * local.batch_size(system, model))
+    batch = stack([pa] * score.batch_size(system, model))
     masks = make_masks(system, model, precisions=("fp32",), sharding_types=tuple(SHARDING_TYPES))
     params, state = gs.prepare(system, model, seed=0, restarts=8, warm=plan)
     step = gs.step_for(8, system, model)
-    return [("scorer", local._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
-            ("details", local.details.__wrapped__, (system, model, pa), "quick"),
+    return [("scorer", score._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
+            ("details", score.details.__wrapped__, (system, model, pa), "quick"),
             ("relaxed step", step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)),
              "quick with YNN" if step is gs._step_quick else "with YNN")]      # the steps keep them (adam._step)
 

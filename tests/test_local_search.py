@@ -354,11 +354,11 @@ def test_the_scorers_of_mlperf_have_no_matrix_product():
     # a matrix product in a scorer makes XLA:CPU call oneDNN, which builds its GEMM kernels at the
     # program's first call (embedding._over_tables, collectives)
     from perfmodel.plan import plan_arrays, stand_in
-    from perfmodel.search import score as local
+    from perfmodel.search import score
 
     system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
     pa = plan_arrays(stand_in(system, model), system, model)
     batch = jax.tree_util.tree_map(lambda x: np.repeat(np.asarray(x)[None], 4, 0), pa)
-    for text in (local.details.lower(system, model, pa).as_text(),
-                 local._score_batch.lower(system, model, batch, None).as_text()):
+    for text in (score.details.lower(system, model, pa).as_text(),
+                 score._score_batch.lower(system, model, batch, None).as_text()):
         assert "stablehlo.add" in text and "dot_general" not in text

@@ -76,6 +76,7 @@ class State:
     seed: int = 0
     race: rc.Race | None = None
     incumbent: bool = False          # the start's descent had not stopped: it joins the first race
+    early: tuple = (None, float("inf"))   # a small instance's greedy compound move, scored in numpy
     batch: Batch | None = None
     batches: int = 0                 # relaxed batches begun
     batch_began: int = 0             # the round (budget.used) at which the last batch began
@@ -114,12 +115,12 @@ class Gradient:
             return s
         g_step, g_tie = (float(x) for x in p.pairs(stack([p.arrays(greedy)]), True)[:, 0])
         early = _compound(p, greedy, g_step, g_tie)
-        s = dataclasses.replace(s, best=g_step, notes={"early": early})
+        s = dataclasses.replace(s, best=g_step, early=early)
         return _better(s, *early) if early[0] is not None else s
 
     def _setup(self, p: Problem, s: State, budget) -> State:
         """The start's race: its starts scored by the compiled scorer (module docstring)."""
-        greedy, early = s.greedy, s.notes.get("early", (None, float("inf")))
+        greedy, early = s.greedy, s.early
         tie, _, memory, _, _, greedy_score = p.details(greedy)
         greedy_score = float(greedy_score)
         start, start_tie, start_step, name = greedy, float(tie), greedy_score, "greedy"
