@@ -15,9 +15,9 @@ h100-32 (instances.SYNTHETIC). Sections:
             evolutionary given the gradient method's wall time.
   ablation  per instance, the gradient method with gradient information (pm.search(gradients=True):
             first-order-ranked moves on large instances, the relaxed phase) and without
-            (gradients=False: its local search and kicks alone): at equal iterations (--iterations on
-            small instances, --ablation-iterations on large ones, no wall-clock budget) and at equal
-            wall time (--budget-s, no iteration bound), with when each first held the other's final plan.
+            (gradients=False: its local search and kicks alone): at equal iterations (--iterations,
+            default each instance's own, no wall-clock budget) and at equal wall time (--budget-s,
+            no iteration bound), with when each first held the other's final plan.
 Targets are printed with PASS / MISS. Wall-clock figures depend on the machine and its load; the
 equal-iteration figures do not.
 """
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import perfmodel as pm  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
-from perfmodel.search.api import ITERATIONS  # noqa: E402
+from perfmodel.search.api import default_iterations  # noqa: E402
 from perfmodel.search.exact import exact_plan, subproblem_plan  # noqa: E402
 from perfmodel.search.instances import SUITE, load_instance, parse_instances, small_instance  # noqa: E402
 from perfmodel.search.score import is_exhaustive  # noqa: E402
@@ -90,10 +90,10 @@ def run_suite(model_name, system_name, iterations: int, budget: float) -> list[d
     return rows
 
 
-def run_ablation(model_name, system_name, iterations: int, large_iterations: int, budget: float) -> dict:
+def run_ablation(model_name, system_name, iterations, budget: float) -> dict:
     """With and without gradient information, at equal iterations and at equal wall time."""
     system, model = load_instance(model_name, system_name)
-    n = iterations if is_exhaustive(system, model) else large_iterations
+    n = default_iterations(system, model) if iterations == "auto" else iterations
     out = {"instance": name_of(model_name, system_name), "large": not is_exhaustive(system, model)}
     for mode, kw in (("iterations", dict(iterations=n, budget_s=None)), ("time", dict(iterations=None, budget_s=budget))):
         on, off = (pm.search(system, model, "gradient", seed=0, gradients=g, **kw) for g in (True, False))
@@ -118,27 +118,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     ap.add_argument("--instances", default="", help="comma-separated model@system to run instead of the suite")
-    ap.add_argument("--iterations", type=int, default=ITERATIONS, help=f"rounds per search (default {ITERATIONS})")
-    ap.add_argument("--ablation-iterations", type=int, default=150,
-                    help="rounds of the equal-iteration ablation on large instances (default 150)")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="rounds per search (default: each instance's, search.api.default_iterations)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per search, s (default 60)")
     ap.add_argument("--small", type=int, default=10, help="small exact instances (default 10)")
     args = ap.parse_args()
     sections = [s for s in args.sections.split(",") if s]
     if not sections or any(s not in SECTIONS for s in sections):
         ap.error(f"--sections: comma-separated, of {', '.join(SECTIONS)}")
-    if args.iterations < 1 or args.ablation_iterations < 1 or not args.budget_s > 0:
-        ap.error("--iterations and --ablation-iterations >= 1, --budget-s > 0")
+    if (args.iterations is not None and args.iterations < 1) or not args.budget_s > 0:
+        ap.error("--iterations >= 1, --budget-s > 0")
     try:
         suite = parse_instances(args.instances) or list(SUITE)
     except ConfigError as e:
         ap.error(str(e))
-    print(f"plan search benchmark: {args.iterations} iterations or {args.budget_s:g} s per search, seed 0, "
+    rounds = "each instance's default iterations" if args.iterations is None else f"{args.iterations} iterations"
+    print(f"plan search benchmark: {rounds} or {args.budget_s:g} s per search, seed 0, "
           f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
     targets = []
     if "small" in sections and args.small:
         print("\n== small instances: MILP optimum vs the gradient method on the table-placement subproblem ==")
-        small = run_small(range(args.small), args.iterations)
+        small = run_small(range(args.small), args.iterations or "auto")
         worst, least = max(r["gap"] for r in small), min(r["gap"] for r in small)
         # below the optimum would mean the search left the subproblem
         targets.append((worst <= 0.01 and least >= -1e-5, f"small instances: gradient within 1 % of the MILP "
@@ -147,7 +147,7 @@ def main() -> int:
         print("\n== suite ==")
         rows = []
         for model_name, system_name in suite:
-            rows += run_suite(model_name, system_name, args.iterations, args.budget_s)
+            rows += run_suite(model_name, system_name, args.iterations or "auto", args.budget_s)
         print("\n== per instance: gap to the best plan any method found ==")
         print(f"  {'instance':<32} " + " ".join(f"{m:>13}" for m in METHODS))
         for inst in dict.fromkeys(r["instance"] for r in rows):
@@ -171,7 +171,7 @@ def main() -> int:
                                 f"{r['instance']}: gradient better than random and evolutionary in the same wall time"))
     if "ablation" in sections:
         print("\n== gradient information: with (gradients=True) and without (False), seed 0 ==")
-        ab = [run_ablation(m, s, args.iterations, args.ablation_iterations, args.budget_s) for m, s in suite]
+        ab = [run_ablation(m, s, args.iterations or "auto", args.budget_s) for m, s in suite]
         large = [a for a in ab if a["large"]]
         if large:
             # >= 3 % lower at equal wall time, or its plan in at most half the time

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import ConfigError
-from .search.api import ITERATIONS
+from .search.api import ITERATIONS, ROUND_WORK, default_iterations
 
 
 def register(sub) -> None:
@@ -24,8 +24,9 @@ def register(sub) -> None:
     p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed and --iterations give the same "
                    "plan, unless --budget-s cut the search)")
-    p.add_argument("--iterations", type=int, default=None, help="rounds per method (a descent's round, an Adam step, "
-                   f"a generation): the work, bounded so that the plan does not depend on the machine (default {ITERATIONS})")
+    p.add_argument("--iterations", type=int, default=None, help="rounds per method (a descent's round, a relaxed "
+                   "batch's Adam steps, a generation): the work, bounded so that the plan does not depend on the machine "
+                   f"(default: {ROUND_WORK:.0e} / (tables x devices), within {ITERATIONS[0]}-{ITERATIONS[1]})")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per method, seconds (default 60): "
                         "a search it cuts says so")
@@ -69,7 +70,8 @@ def _cmd_search(args) -> int:
         raise ConfigError("", "--until-converged", "takes no --iterations (it runs every phase to its end)")
     if args.iterations is not None and args.iterations < 1:
         raise ConfigError("", "--iterations", f"must be an integer >= 1 (rounds), got {args.iterations}")
-    iterations = None if args.until_converged else args.iterations if args.iterations is not None else ITERATIONS
+    iterations = None if args.until_converged else args.iterations if args.iterations is not None else \
+        default_iterations(system, model)
     precisions = tuple(p for p in args.precisions.split(",") if p)
     guard = None
     if args.guard:

@@ -225,7 +225,7 @@ def test_bad_requests_get_one_clear_error(small_setup, tmp_path):
     with pytest.raises(pm.ConfigError, match="allowed: gradient, greedy, random, evolutionary, exact"):
         pm.search(system, model, method="annealing")
     for field, bad in (("steps", 0), ("steps", 2.5), ("seed", -1), ("seed", "a"), ("budget_s", True),
-                       ("iterations", 0), ("iterations", 2.5), ("iterations", True)):
+                       ("iterations", 0), ("iterations", 2.5), ("iterations", True), ("iterations", "many")):
         with pytest.raises(pm.ConfigError, match=f"field '{field}': must be"):
             pm.search(system, model, **{"budget_s": 5, field: bad})
     with pytest.raises(pm.ConfigError, match="budget_s.*random samples until its budget is spent"):
@@ -350,5 +350,15 @@ def test_first_at_reads_the_anytime_profile():
     assert r.first_at(3.1e-3) == 1.4 and dataclasses.replace(r, notes={}).first_at(1.0) is None
 
 
-def test_is_exhaustive_by_tables_times_devices():
+def test_the_default_iterations_shrink_with_the_plans_arrays():
+    """iterations="auto": 4e6 / (tables x devices) rounds, within 100 ... 3,000 (by hand: MLPerf's 26
+    tables on 64 chips 2,403; 300 tables on 64 chips 208; prod-856 on 256 chips 4e6 / 219,136 = 18,
+    so 100); and which instances score every move."""
+    from perfmodel.search.api import default_iterations
+    from perfmodel.search.instances import load_instance
+    mlperf = pm.load_model("dlrm-dcnv2-mlperf")
+    assert default_iterations(pm.load_system("h100-16"), mlperf) == 3000
+    assert default_iterations(pm.load_system("h100-64"), mlperf) == 2403
+    assert default_iterations(*load_instance("synthetic-300", "h100-64")) == 208
+    assert default_iterations(pm.load_system("h100-256"), pm.load_model("prod-856")) == 100
     assert is_exhaustive(*small_instance(0)) and not is_exhaustive(pm.load_system("h100-256"), pm.load_model("prod-856"))

@@ -1,6 +1,6 @@
 """pm.search: find the fastest memory-feasible plan, by the gradient method or by a baseline.
 
-    result = pm.search(system, model, method="gradient", seed=0, iterations=3000, budget_s=60)
+    result = pm.search(system, model, method="gradient", seed=0, iterations=1000, budget_s=60)
     result.plan, result.step_s, result.breakdown, result.iterations, result.converged
 
 Methods: gradient (greedy start, vectorized local search with first-order-ranked moves on large
@@ -33,9 +33,17 @@ from .problem import Problem
 from .progress import Progress
 from .relax import NEG, make_masks
 
-# Rounds a search takes by default: the gradient method runs every phase to its end on the MLPerf
-# instances within them (benchmarks/RESULTS.md), and larger instances stop at budget_s first
-ITERATIONS = 3000
+# Rounds a search takes by default ("auto"): ROUND_WORK / (tables x devices), within [100, 3000]. A
+# round's cost grows with the plans' arrays, so this keeps a default search to about a minute on a
+# 2-core CPU: every phase of the MLPerf instances' gradient method runs to its end within them, and
+# instances of hundreds of tables on hundreds of chips get the 100 rounds of a start and a relaxed batch
+ROUND_WORK = 4e6
+ITERATIONS = (100, 3000)
+
+
+def default_iterations(system: System, model: RankingModel) -> int:
+    """The rounds a search takes when iterations="auto" (ROUND_WORK, ITERATIONS)."""
+    return int(np.clip(ROUND_WORK / (model.tables.count * system.num_chips), *ITERATIONS))
 
 
 @dataclass
@@ -80,8 +88,8 @@ def _check(method: str, budget_s, iterations, restarts: int, precisions, seed=0,
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
                                      and budget_s > 0 and np.isfinite(budget_s)):
         raise ConfigError("", "budget_s", f"must be a number of seconds > 0, got {budget_s!r}")
-    if iterations is not None and not (count(iterations) and iterations >= 1):
-        raise ConfigError("", "iterations", f"must be an integer >= 1 (rounds), or None, got {iterations!r}")
+    if iterations not in (None, "auto") and not (count(iterations) and iterations >= 1):
+        raise ConfigError("", "iterations", f"must be an integer >= 1 (rounds), 'auto' or None, got {iterations!r}")
     if not (count(seed) and seed >= 0):
         raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
     if not (count(steps) and steps >= 1):
@@ -101,16 +109,17 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            budget_s: float | None = 60.0, restarts: int = 8, steps: int = 150,
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
-           guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | None = ITERATIONS,
+           guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
            gradients: bool | str = True) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first.
 
-    iterations: rounds (a descent's round, an Adam step of the relaxed restarts, a generation, a
-    batch of random plans); None: no limit. The same problem, seed and iterations give the same plan
-    and figures in any process, whatever it did before, unless budget_s cut the search
-    (r.converged False, r.stopped "budget_s"). budget_s=None: no wall-clock limit. With both None the
-    gradient method runs every phase to its end; random and evolutionary need one or the other.
+    iterations: rounds (a descent's round, a relaxed batch's Adam steps, a generation, a batch of
+    random plans); "auto": default_iterations (100 to 3,000, fewer the larger the instance); None:
+    no limit. The same problem, seed and iterations give the same plan and figures in any process,
+    whatever it did before, unless budget_s cut the search (r.converged False, r.stopped
+    "budget_s"). budget_s=None: no wall-clock limit. With both None the gradient method runs every
+    phase to its end; random and evolutionary need one or the other.
 
     precisions: the all-to-all and gradient precisions the plan may use (lower precision changes
     the numerics: fp32 only unless you allow more). sharding_types: the ones tables may use.
@@ -131,6 +140,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     if gradients not in (True, False, "rank", "relaxed"):
         raise ConfigError("", "gradients", f"is {gradients!r}; allowed: True, False, 'rank', 'relaxed'")
     system, model, start = resolve(system, model, start)
+    if iterations == "auto":
+        iterations = default_iterations(system, model)
     if start is not None and not isinstance(start, Plan):
         start = from_arrays(start, system, model)
     if start is not None:

@@ -5,12 +5,12 @@
            instance its best compound move when that leads by COMPOUND_LEAD; on a small one a race
            (race.py) of the start's descent and its best compound move's. Half the rounds left.
   relaxed  batches of relaxed restarts (relax.py, adam.py: every choice a masked softmax at an
-           annealed temperature, Adam on all restarts in one vmapped step), each restart rounded
+           annealed temperature, Adam on all restarts in one vmapped step; a batch's `steps` steps
+           are one round, its rounding another), each restart rounded
            (argmax, and argmax repacked), the FINALISTS best roundings raced with half the rounds
            left (the start's descent joins the first race when it had not stopped); batches from
            other seeds, restart 0 warm from the best plan, while a batch takes at most half the
-           rounds left, up to `batches`; none that would leave its roundings fewer rounds than its
-           steps.
+           rounds left, up to `batches`; none that would leave its finalists no round each.
   kicks    iterated local search: the best plan kicked (a few seeded random table moves) and
            descended, kept when better; `planned` kicks.
 
@@ -63,8 +63,8 @@ class Batch:
 
     params: object
     opt: object
-    taken: int = 0
-    nonfinite: tuple = ()            # per step, the gradient entries that were not finite (read at the end)
+    taken: int = 0                   # Adam steps taken (all of them in one round)
+    nonfinite: tuple = ()            # per step, the gradient entries that were not finite
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,8 @@ class Gradient:
 
     def _begin_relaxed(self, p, s, budget) -> State:
         left = budget.left()
-        # a batch whose steps would leave its roundings no rounds to descend is not begun
-        if s.batches >= self.o.batches or (left is not None and left < 2 * (self.o.steps + 1)):
+        # a batch that would leave its finalists no round each to descend is not begun
+        if s.batches >= self.o.batches or (left is not None and left < FINALISTS + 2):
             return self._begin_kicks(p, s)
         entropy = s.seed if s.batches == 0 else [s.seed, s.batches]
         warm = s.greedy if s.batches == 0 else s.best_plan
@@ -184,10 +184,13 @@ class Gradient:
 
     def _relaxed(self, p, s, budget) -> State:
         b = s.batch
-        if b is not None and b.taken < self.o.steps:           # an Adam step of every restart
+        if b is not None and b.taken < self.o.steps:           # the Adam steps of every restart: one round
             step = adam.step_of(self.o.restarts, p.system, p.model)
-            params, opt, _, bad = step(b.params, b.opt, p.masks, adam.temperature(b.taken, self.o.steps))
-            return dataclasses.replace(s, batch=Batch(params, opt, b.taken + 1, b.nonfinite + (bad,)))
+            params, opt, bad = b.params, b.opt, []
+            for i in range(self.o.steps):
+                params, opt, _, nonfinite = step(params, opt, p.masks, adam.temperature(i, self.o.steps))
+                bad.append(nonfinite)
+            return dataclasses.replace(s, batch=Batch(params, opt, self.o.steps, tuple(bad)))
         if b is not None:                                      # round, score, race the finalists
             notes = dict(s.notes)
             notes["gradient_steps"] = notes.get("gradient_steps", 0) + b.taken
