@@ -8,10 +8,10 @@ The library compiles the relaxed steps with them (cache.jit(library_fusions=True
     python benchmarks/bench_compile.py --instances dlrm-dcnv2-mlperf@h100-16
 
 Per instance (model@system) and program:
-  - scorer: the local search's batched hard scorer (search.local._score_batch) on one batch of
-    search.local.batch_size plans (greedy's plan repeated); called hundreds of times a search;
-  - details: the single-plan scorer the search calls once per round (search.local._details);
-  - relaxed step: one Adam step of 8 relaxed restarts (search.gradient.step_for), 150 per search.
+  - scorer: the local search's batched hard scorer (search.score._score_batch) on one batch of
+    search.score.batch_size plans (greedy's plan repeated); called hundreds of times a search;
+  - details: the single-plan scorer the search calls once per round (search.score.details);
+  - relaxed step: one Adam step of 8 relaxed restarts (search.adam.step_for), 150 per relaxed batch.
 Each is lowered once and compiled under each option set (`Lowered.compile(compiler_options=...)`);
 printed: compile s, the first call's ms (YNNPACK builds its kernels then, not at the compile; the
 first program run in the process also pays oneDNN's kernel generation) and the best run ms of
@@ -19,9 +19,9 @@ first program run in the process also pays oneDNN's kernel generation) and the b
 the largest difference between the library's outputs and the defaults', relative to each output's
 scale (its largest magnitude; 0: bitwise identical). Relative to each element instead, near-zero
 entries (Adam's moments of logits the loss barely moves) read as 2.1 on prod-856's step while the
-leaf differs by 1e-8 of its scale. A cold search of a new problem shape compiles all three (the relaxed step only when the
-budget leaves time for it). A relaxed step whose gradient had entries that were not finite under an
-option set is flagged NON-FINITE on its row (the quick compile's did, before cost.smooth.hard_max).
+leaf differs by 1e-8 of its scale. A cold search of a new problem shape compiles all three (the relaxed
+step when it runs its relaxed phase). A relaxed step whose gradient had entries that were not finite
+under an option set is flagged NON-FINITE on its row.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ import perfmodel as pm  # noqa: E402
 from perfmodel.cache import CPU_COMPILE_OPTIONS, QUICK_COMPILE_OPTIONS, compile_options  # noqa: E402
 from perfmodel.config import ConfigError  # noqa: E402
 from perfmodel.plan import SHARDING_TYPES, plan_arrays, stack  # noqa: E402
-from perfmodel.search import gradient as gs  # noqa: E402
-from perfmodel.search import local  # noqa: E402
+from perfmodel.search import adam as gs  # noqa: E402
+from perfmodel.search import score  # noqa: E402
 from perfmodel.search.greedy import greedy_plan  # noqa: E402
 from perfmodel.search.instances import parse_instances  # noqa: E402
 from perfmodel.search.relax import make_masks  # noqa: E402
@@ -58,14 +58,14 @@ def programs(system, model):
     """(name, python function, args, the option set the library uses) of the three programs."""
     plan = greedy_plan(system, model)
     pa = plan_arrays(plan, system, model)
-    batch = stack([pa] * local.batch_size(system, model))
+    batch = stack([pa] * score.batch_size(system, model))
     masks = make_masks(system, model, precisions=("fp32",), sharding_types=tuple(SHARDING_TYPES))
     params, state = gs.prepare(system, model, seed=0, restarts=8, warm=plan)
     step = gs.step_for(8, system, model)
-    return [("scorer", local._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
-            ("details", local._details.__wrapped__, (system, model, pa), "quick"),
+    return [("scorer", score._score_batch.__wrapped__, (system, model, batch), "perfmodel"),
+            ("details", score.details.__wrapped__, (system, model, pa), "quick"),
             ("relaxed step", step.__wrapped__, (params, state, system, model, masks, jnp.float32(0.5)),
-             "quick with YNN" if step is gs._step_quick else "with YNN")]      # the steps keep them (gradient._step)
+             "quick with YNN" if step is gs._step_quick else "with YNN")]      # the steps keep them (adam._step)
 
 
 def measure(fun, args, options, repeat: int, tag: str):

@@ -1,11 +1,18 @@
-"""Compilation: a persistent XLA compile cache, so that a new process skips the compiles an earlier
-one made, and the XLA options perfmodel's programs are compiled with (`jit`).
+"""Compilation: JAX's persistent compile cache, so that a new process skips the compiles an earlier
+one made, the XLA options perfmodel's programs are compiled with (`jit`), and, for the programs a
+search calls, their traced programs and executables kept beside it (`jit(export=True)`).
 
     import perfmodel as pm
     pm.enable_compile_cache()          # before the first search / evaluate of the process
 
-The first search of a problem shape costs mostly compilation (about 5 s on 2 CPU cores for MLPerf's 26
-tables); with the cache, a later process loads the programs instead. Results do not change.
+The first search of a problem shape costs mostly compilation; with the cache, a later process loads
+the programs instead. Results do not change: a loaded program is the one compiled.
+
+JAX's cache keys a program by its lowered form, so a new process still traces the Python model and
+lowers it before it can ask; for the search's programs that tracing is most of what is left. An
+exported program (jax.export) is kept so that a new process skips the tracing, and the executable
+compiled from it so that it skips the lowering and the cache lookup too (benchmarks/bench_coldstart.py
+measures both against JAX's cache alone; benchmarks/RESULTS.md has the figures).
 """
 
 from __future__ import annotations
@@ -15,17 +22,10 @@ import functools
 import hashlib
 import os
 import re
-import threading
 import zlib
 
-
-# Programs compiled in at least this long are kept on disk: all of them. jax's default (1 s) kept only
-# the batched scorer and the relaxed step of a search; 0.2 s added the single-plan scorer (0.5-0.6 s)
-# and the mixed-move batch (0.25-0.35 s), but a new process still compiled 15 small programs (moves,
-# swaps, padding) at its start, beside the others on 2 cores. Kept as well (19 entries, 528 kB for
-# MLPerf / h100-16, against 4 and 459 kB), a new process with a 2-s budget held its first plan at
-# 1.12 s instead of 1.38 (medians of 5) and reached 2.730 ms in 5 runs of 5, against 3.44-6.13 ms
-# (benchmarks/bench_coldstart.py: new processes, pm.search("h100-16", "dlrm-dcnv2-mlperf", budget_s=2)).
+# Programs compiled in at least this long are kept on disk: all of them, since a search's small
+# programs (moves, swaps, padding) add up in a new process (jax's default keeps only those over 1 s)
 MIN_CACHED_COMPILE_S = 0.0
 
 
@@ -75,45 +75,15 @@ def _digest(name: str) -> str:
     return hashlib.sha256(f"{jax.__version__}|{_source_digest()}|{name}".encode()).hexdigest()[:32]
 
 
-def _kept_path(name: str) -> str | None:
-    import jax
-
-    folder = jax.config.jax_compilation_cache_dir
-    if not folder:
-        return None
-    return os.path.join(folder, f"perfmodel-kept-{_version_tag()}-{_digest(name)}")
-
-
-def mark_kept(name: str) -> None:
-    """Note in the persistent cache's folder (when the cache is on) that the program `name` (a
-    description of its function and problem shape) was compiled there, so that a later process
-    knows it will load it: is_kept(name). jax's own cache can only be asked with the lowered
-    program, which costs most of what the answer is for (the relaxed step: 1.1 s of tracing)."""
-    path = _kept_path(name)
-    if path is not None:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w"):
-                pass
-        except OSError:        # a read-only cache folder: the next process estimates a compile
-            pass
-
-
-def is_kept(name: str) -> bool:
-    """Whether mark_kept(name) was called with this cache folder, this jax version and this source of
-    perfmodel."""
-    path = _kept_path(name)
-    return path is not None and os.path.exists(path)
-
-
 # What `perfmodel cache` counts, prunes and clears in the cache folder: perfmodel's files (kind, version
-# tag or none: written before tags, or a .tmp a write left), and XLA's entries (jax's LRU cache files;
-# the module name says whether perfmodel compiled it for one of its kept programs, and for which version)
+# tag or none, or a .tmp a write left; "kept" marks are an earlier version's, always stale), and XLA's
+# entries (jax's LRU cache files; the module name says whether perfmodel compiled it for one of its
+# kept programs, and for which version)
 _OURS = re.compile(r"perfmodel-(export|exec|kept)-(?:([0-9a-f]{8})-)?[0-9a-f]{32}(\.\d+\.tmp)?")
 _XLA = re.compile(r"(.+)-[0-9a-f]{64}-(cache|atime)")
 _XLA_OURS = re.compile(r"jit_perfmodel_([0-9a-f]{8})_[0-9a-f]+")
 CACHE_KINDS = {"xla": "compiled programs (XLA's cache)", "export": "traced programs (jax.export)",
-               "exec": "executables (this machine's)", "kept": "marks"}
+               "exec": "executables (this machine's)", "kept": "marks (an earlier version's)"}
 
 
 def cache_files(folder: str) -> list[dict]:
@@ -128,7 +98,8 @@ def cache_files(folder: str) -> list[dict]:
                 continue
             m, x = _OURS.fullmatch(e.name), _XLA.fullmatch(e.name)
             if m:
-                kind, stale = m.group(1), m.group(2) != tag or m.group(3) is not None
+                kind = m.group(1)
+                stale = m.group(2) != tag or m.group(3) is not None or kind == "kept"
             elif x:
                 ours = _XLA_OURS.fullmatch(x.group(1))
                 kind, stale = "xla", (ours.group(1) != tag) if ours else None
@@ -150,19 +121,15 @@ def remove_cache_files(files: list[dict]) -> tuple[int, int]:
 
 
 # XLA options for the programs that evaluate the model. On the CPU, XLA's newer "fusion emitters"
-# code generation compiles perfmodel's programs 1.3-2x slower, and they run as fast without it. XLA's
+# code generation compiles perfmodel's programs slower, and they run as fast without it. XLA's
 # YNNPACK fusions (its default: reductions and elementwise ops handed to the YNN library) build their
-# kernels at a program's first run, not at its compile: the batch scorer of MLPerf / h100-16, loaded
-# from the cache in a new process, took 84 ms for its first call and 4.5 ms after; without them 26 ms
-# and 3.6 ms (the rest of the first call is oneDNN generating its matrix-multiply kernels, once per
-# process). (benchmarks/bench_compile.py measures each set, in the same run, on the search's programs)
+# kernels at a program's first run, not at its compile, which a program called a few times pays
+# more than it gains (benchmarks/bench_compile.py measures each set on the search's programs)
 YNN_FUSIONS_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
 CPU_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False, **YNN_FUSIONS_OFF}
 # For programs whose run time is small beside their compile (one call per search round, or a few
-# hundred steps on a small instance): LLVM's optimization passes off as well. The single-plan scorer
-# compiles in 0.5-0.6 s instead of 1.0-1.3 s and runs 1.0-1.6x slower (under 2 ms a call); the relaxed
-# gradient step of a small instance in 2.3-2.4 s instead of 6.0 s, 1.4-2x slower to run
-# (benchmarks/bench_compile.py; search.gradient.step_for decides per problem size)
+# hundred steps on a small instance): LLVM's optimization passes off as well, which compiles them
+# about twice as fast and runs them up to twice as slow (search.adam.step_for decides per problem size)
 QUICK_COMPILE_OPTIONS = {**CPU_COMPILE_OPTIONS, "xla_backend_optimization_level": 0}
 
 
@@ -184,8 +151,8 @@ def jit(fun=None, *, quick: bool = False, export: bool = False, library_fusions:
     return jax.jit(fun, compiler_options=compile_options(quick, library_fusions), **kwargs)
 
 
-# Whether cache.jit(export=True) keeps traced programs in the persistent cache's folder (False: every
-# process traces them again, as before; benchmarks/bench_coldstart.py measures both)
+# Whether cache.jit(export=True) keeps traced programs in the persistent cache's folder (False: JAX's
+# cache alone; benchmarks/bench_coldstart.py measures both)
 EXPORT = True
 
 
@@ -200,13 +167,11 @@ def exporting() -> bool:
 class Exported:
     """A jitted function whose traced and lowered program is kept in the persistent cache's folder
     (jax.export, one file per argument structure and shapes, this jax version and this source of
-    perfmodel), so that a new process loads it instead of tracing the Python model again: the
-    search's scorers took 0.7 s of tracing (GIL-bound, so not overlapped by the warm-up thread) in a
-    process that loaded every compiled program from the cache. The program is compiled with the same
-    options, and the executable kept beside it (_keep_executable, per machine), so that a new process
-    on this machine loads that and neither lowers nor compiles (the batch scorer of MLPerf / h100-16:
-    0.12 s instead of 0.24 s made from the exported program plus XLA's cache). Its results are the same.
-    Without the cache, or under a trace (vmap, grad, another jit), it is the plain jitted function."""
+    perfmodel), so that a new process loads it instead of tracing the Python model again. The
+    program is compiled with the same options, and the executable kept beside it (_keep_executable,
+    per machine), so that a new process on this machine loads that and neither lowers nor compiles.
+    Its results are the same. Without the cache, or under a trace (vmap, grad, another jit), it is
+    the plain jitted function."""
 
     def __init__(self, fun, quick: bool, library_fusions: bool = False):
         import jax
@@ -214,7 +179,6 @@ class Exported:
         self.fun, self.options = fun, compile_options(quick, library_fusions)
         self.plain = jax.jit(fun, compiler_options=self.options)
         self.calls: dict = {}         # (argument structure, shapes and dtypes) -> (callable on leaves, output structure)
-        self.lock = threading.Lock()
         functools.update_wrapper(self, fun)
 
     def __call__(self, *args):
@@ -235,37 +199,18 @@ class Exported:
     def lower(self, *args):
         return self.plain.lower(*args)
 
-    def ready(self, *args, kept_only: bool = False) -> bool:
-        """Make the program for these arguments (load it, or trace, export and compile it) without
-        running it: True. False where only a call makes it (exporting() off, or traced arguments), and
-        with kept_only where no executable is kept for them (nothing is made then). Arguments may be
-        jax.ShapeDtypeStruct (no data)."""
-        import jax
-
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        if not exporting() or traced(leaves):
-            return False
-        key = (tree, tuple(_aval(x) for x in leaves))
-        if kept_only and key not in self.calls and \
-                not os.path.exists(self._paths(jax.config.jax_compilation_cache_dir, *key)[3]):
-            return False
-        return self._entry(key, leaves)[0] is not None
-
     def _entry(self, key: tuple, leaves) -> tuple:
         """(callable on the leaves, output structure) for key = (argument structure, leaves' _aval),
-        made once (_made) under the lock; (None, None): a program jax cannot export (the plain one then)."""
+        made once (_made); (None, None): a program jax cannot export (the plain one then)."""
         import jax
 
         entry = self.calls.get(key)
         if entry is None:
-            with self.lock:
-                entry = self.calls.get(key)
-                if entry is None:
-                    try:
-                        entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
-                    except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
-                        entry = (None, None)
-                    self.calls[key] = entry
+            try:
+                entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
+            except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
+                entry = (None, None)
+            self.calls[key] = entry
         return entry
 
     def _paths(self, folder: str, tree, shapes: tuple) -> tuple[str, str, str, str]:
@@ -312,79 +257,45 @@ class Exported:
             # are the compiled programs XLA loads from it)
             _dump_whole(path, (bytes(exp.serialize()), out_tree))
         # compiled ahead for these leaves: one executable whether a call's arrays are numpy or already
-        # on the device (a jitted exp.call compiles once for each: 0.7 s more in a descent's first round).
-        # Named after the file: XLA's cache keys it apart from every other source of perfmodel, so that
-        # the executable is compiled here, not loaded from there (_keep_executable)
+        # on the device (a jitted exp.call would compile once for each). Named after the file: XLA's
+        # cache keys it apart from every other source of perfmodel, so that the executable is compiled
+        # here, not loaded from there (_keep_executable)
         def call(*xs):
             return exp.call(*xs)
 
         call.__name__ = call.__qualname__ = f"perfmodel_{tag}_{digest[:12]}"
-        with CompileClock() as clock:
+        with _CacheHits() as hits:
             compiled = jax.jit(call, compiler_options=self.options).lower(*leaves).compile()
-        if clock.loaded == 0:                  # compiled here, not handed back by XLA's cache
+        if hits.count == 0:                    # compiled here, not handed back by XLA's cache
             _keep_executable(exec_path, compiled, out_tree)
         return compiled, out_tree
 
 
-def make(fun, *args) -> None:
-    """Make the program of `fun` for these arguments: without running it where it is an Exported
-    (Exported.ready: loaded, or traced and compiled), else by running it once."""
-    import jax
+class _CacheHits:
+    """How many programs a block loaded from the persistent cache (jax.monitoring's cache-hit events,
+    which jax records in the thread that makes the program). An executable XLA loaded from its cache
+    does not serialize whole (its copy fails when called), so Exported keeps only one compiled here."""
 
-    if not (isinstance(fun, Exported) and fun.ready(*args)):
-        jax.block_until_ready(fun(*args))
-
-
-# jax.monitoring events cache.Exported records when it loads a kept executable (no jax event says so:
-# nothing is traced, lowered or compiled), for whoever times the making of programs (CompileClock):
-# the load's seconds, and one event per executable loaded
-EXECUTABLE_LOAD = "/perfmodel/cache/executable_load_duration"
-EXECUTABLE_LOADED = "/perfmodel/cache/executable_loaded"
-
-
-class CompileClock:
-    """Seconds a block spent making programs: tracing them to jaxprs, lowering them, and compiling
-    them or loading them from the persistent cache (perfmodel.enable_compile_cache; kept executables
-    too), and how many it loaded. Not the compile time a cached program saved: jax stores it in whole
-    seconds, so the single-plan scorer's 0.55 s reads as 0 and a search with the cache on took the
-    relaxed step for free (a 3-s search of MLPerf ran 6 s). Counts the entering thread's programs only
-    (jax reports them in the thread that makes the program; the search's warm-up thread compiles
-    beside the main one). Exported uses `loaded` too: an executable XLA loaded from its cache does not
-    serialize whole (its copy fails when called: 'Function exponential_add_fusion not found'), so
-    only one compiled in the block is kept."""
-
-    EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-              "/jax/core/compile/backend_compile_duration", EXECUTABLE_LOAD)
-    HITS = ("/jax/compilation_cache/cache_hits", EXECUTABLE_LOADED)
-    _totals: dict = {}        # thread ident -> [seconds, programs loaded]
+    EVENT = "/jax/compilation_cache/cache_hits"
+    _counts = [0]                 # the events seen by the listener, registered once per process
     _listening = False
-    _lock = threading.Lock()
-
-    @classmethod
-    def _listen(cls, event: str, seconds: float, **_):
-        if event in cls.EVENTS:
-            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[0] += seconds
 
     @classmethod
     def _count(cls, event: str, **_):
-        if event in cls.HITS:
-            cls._totals.setdefault(threading.get_ident(), [0.0, 0])[1] += 1
+        if event == cls.EVENT:
+            cls._counts[0] += 1
 
     def __enter__(self):
         import jax
 
-        with CompileClock._lock:
-            if not CompileClock._listening:
-                jax.monitoring.register_event_duration_secs_listener(CompileClock._listen)
-                jax.monitoring.register_event_listener(CompileClock._count)
-                CompileClock._listening = True
-        self.mine = CompileClock._totals.setdefault(threading.get_ident(), [0.0, 0])
-        self.start, self.start_hits = self.mine
+        if not _CacheHits._listening:
+            jax.monitoring.register_event_listener(_CacheHits._count)
+            _CacheHits._listening = True
+        self.start = _CacheHits._counts[0]
         return self
 
     def __exit__(self, *exc):
-        self.seconds = self.mine[0] - self.start
-        self.loaded = self.mine[1] - self.start_hits      # programs loaded from the persistent cache
+        self.count = _CacheHits._counts[0] - self.start
         return False
 
 
@@ -409,7 +320,8 @@ def _machine() -> str:
 def _load_executable(path: str):
     """The executable _keep_executable kept at `path`, loaded (the callable on an Exported call's leaves,
     the output structure); None when there is none, or it cannot be read or loaded here (then the
-    program is made again). Records EXECUTABLE_LOAD and EXECUTABLE_LOADED."""
+    program is made again). Records EXECUTABLE_LOAD and EXECUTABLE_LOADED (jax.monitoring), for
+    whoever times the making of programs (benchmarks)."""
     import pickle
     import time
 
@@ -430,20 +342,24 @@ def _load_executable(path: str):
     return compiled, out_tree
 
 
+# jax.monitoring events Exported records when it loads a kept executable (no jax event says so:
+# nothing is traced, lowered or compiled)
+EXECUTABLE_LOAD = "/perfmodel/cache/executable_load_duration"
+EXECUTABLE_LOADED = "/perfmodel/cache/executable_loaded"
+
+
 def _keep_executable(path: str, compiled, out_tree) -> None:
     """Keep a compiled executable at `path`, whole or not at all, so that a new process on this machine
     loads it (_load_executable) without tracing, lowering or asking XLA's cache, which lowers the
-    program to find its key: MLPerf / h100-16's batch scorer took 0.24 s to make from its exported
-    program, 0.07 s of it jax's LAPACK set-up on the first exported call, against 0.14 s to load.
-    Skipped where the backend cannot serialize it (constants in the program) or the folder is read-only."""
+    program to find its key. Skipped where the backend cannot serialize it (constants in the program)
+    or the folder is read-only."""
     from jax.experimental import serialize_executable
 
     try:
         blob, in_tree, out_flat = serialize_executable.serialize(compiled)
     except Exception:      # noqa: BLE001 -- not serializable on this backend
         return
-    # compressed: 5.8 MB of the relaxed step's object code is 1.1 MB, in 0.03-0.06 s once; decompressed
-    # in 0.02-0.04 s per load (XLA's own cache compresses its entries too)
+    # compressed, as XLA's own cache compresses its entries: object code shrinks several times
     _dump_whole(path, (zlib.compress(blob, 1), in_tree, out_flat, out_tree))
 
 

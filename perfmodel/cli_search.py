@@ -9,6 +9,7 @@ import numpy as np
 
 from .cli import check_plan_output
 from .config import ConfigError
+from .search.api import ITERATIONS, ROUND_WORK, default_iterations
 
 
 def register(sub) -> None:
@@ -21,14 +22,17 @@ def register(sub) -> None:
     p.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a TOML path")
     p.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a TOML path")
     p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
-    p.add_argument("--seed", type=int, default=0, help="random seed (the same seed gives the same plan when the "
-                   "search converges within its budget)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (the same seed and --iterations give the same "
+                   "plan, unless --budget-s cut the search)")
+    p.add_argument("--iterations", type=int, default=None, help="rounds per method (a descent's round, a relaxed "
+                   "batch's Adam steps, a generation): the work, bounded so that the plan does not depend on the machine "
+                   f"(default: {ROUND_WORK:.0e} / (tables x devices), within {ITERATIONS[0]}-{ITERATIONS[1]})")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock budget per method, seconds (default 60)")
+    budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per method, seconds (default 60): "
+                        "a search it cuts says so")
     budget.add_argument("--until-converged", action="store_true",
-                        help="no time budget: the gradient search runs every phase to its end, so the same seed gives "
-                        "the same plan and figures however fast the machine; --compare's random and evolutionary get the wall "
-                        "time it took")
+                        help="no budget at all: the gradient search runs every phase to its end; --compare's random and "
+                        "evolutionary get the wall time it took")
     p.add_argument("--compare", default="", help="comma-separated baselines to run with the same budget, "
                    "e.g. greedy,random,evolutionary")
     p.add_argument("--precisions", default="fp32", help="precisions the all-to-all and gradient sync may use, "
@@ -48,7 +52,8 @@ def register(sub) -> None:
 def _cmd_search(args) -> int:
     from . import load_model, load_system
     from .report import summary
-    from .search.api import METHODS, SAMPLERS, search
+    from .search.api import search
+    from .search.methods import METHODS, SAMPLERS
 
     check_plan_output(args.out)            # before the search: it may run for its whole budget
     system = load_system(args.system, chip=args.chip)
@@ -59,7 +64,13 @@ def _cmd_search(args) -> int:
             raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)}")
     if args.until_converged and args.method in SAMPLERS:
         raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
-                          "converges: give --budget-s (--until-converged is for gradient, greedy and exact)")
+                          "converges: give --budget-s or --iterations (--until-converged is for gradient, greedy and exact)")
+    if args.until_converged and args.iterations is not None:
+        raise ConfigError("", "--until-converged", "takes no --iterations (it runs every phase to its end)")
+    if args.iterations is not None and args.iterations < 1:
+        raise ConfigError("", "--iterations", f"must be an integer >= 1 (rounds), got {args.iterations}")
+    iterations = None if args.until_converged else args.iterations if args.iterations is not None else \
+        default_iterations(system, model)
     precisions = tuple(p for p in args.precisions.split(",") if p)
     guard = None
     if args.guard:
@@ -74,7 +85,8 @@ def _cmd_search(args) -> int:
         if args.until_converged:      # the baselines that sample until their budget is spent: the first one's time
             budget = results[0].wall_s if results and m in SAMPLERS else None
         budgets.append(budget)
-        results.append(search(system, model, m, seed=args.seed, budget_s=budget, precisions=precisions,
+        results.append(search(system, model, m, seed=args.seed, budget_s=budget, iterations=iterations,
+                              precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
                               guard=guard if m == args.method else None,
                               progress=not args.no_progress and not args.json))
@@ -86,14 +98,15 @@ def _cmd_search(args) -> int:
         out = {"system": system.name, "model": model.name, "results": [{
             "method": r.method, "step_s": r.step_s, "samples_per_s": r.samples_per_s, "feasible": r.feasible,
             "memory_headroom": r.memory_headroom, "gap_to_best": r.step_s / best.step_s - 1.0, "wall_s": r.wall_s,
-            "budget_s": b, "converged": r.converged, "evaluations": r.evaluations,
+            "budget_s": b, "iterations": r.iterations, "stopped": r.stopped, "converged": r.converged,
+            "evaluations": r.evaluations,
             "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r, b in zip(results, budgets)],
             "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown)}
         print(json.dumps(out, indent=2, default=float))
         return 0
-    budget = (f"no time budget, {args.method} until it converged" + (
+    budget = (f"no budget, {args.method} until it converged" + (
         f" ({results[0].wall_s:.1f} s; random and evolutionary given as long)" if len(results) > 1 else "")
-        if args.until_converged else f"budget {args.budget_s:g} s per method")
+        if args.until_converged else f"{iterations} iterations or {args.budget_s:g} s per method")
     print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
           f"seed {args.seed}, {budget}")
     # "found at": when the method first held its final plan (the last entry of its anytime profile): a
@@ -104,7 +117,7 @@ def _cmd_search(args) -> int:
         found = f"{progress[-1][0]:>8.1f} s" if progress else f"{'-':>10}"
         print(f"{r.method:<14}{r.step_s * 1e3:>9.3f} ms{r.samples_per_s / 1e6:>11.3f} M {100 * r.memory_headroom:>12.1f} %"
               f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
-    if chosen.method == "gradient" and "phase_s" in chosen.notes:
+    if chosen.method == "gradient" and "phases" in chosen.notes:
         print(search_status(chosen))
     if "guard" in chosen.notes:
         g = chosen.notes["guard"]
@@ -135,20 +148,14 @@ def guard_line(name: str, path: str, value_s: float, cap_s: float, met: bool) ->
 
 
 def search_status(r) -> str:
-    """One line on how a gradient search ended: converged (the same seed gives this plan again,
-    whatever the machine's speed) or stopped by its budget, what was skipped, and where the time went."""
-    from .search.api import SKIPPED_COMPILING
-
-    ph, n = r.notes["phase_s"], r.notes
-    how = ("converged: no descent was cut short, the same seed gives this plan again" if r.converged else
-           "stopped by its budget" + (("; the relaxed phase was skipped: its step was still compiling"
-                                       if n["gradient_skipped"] == SKIPPED_COMPILING else
-                                       "; the relaxed phase was skipped: its compile or steps would not fit the time left")
-                                      if "gradient_skipped" in n else ""))
-    relaxed = f"relaxed phase {ph['relaxed']:.1f} s ({n.get('relaxed_batches', 0)} batches)" if n.get("gradient_steps") else \
-        "no relaxed phase"
-    return (f"gradient search {how}. Time: start {ph['start']:.1f} s, {relaxed}, "
-            f"{n['kicks']} kicks {ph['kicks']:.1f} s.")
+    """One line on how a gradient search ended (by itself, at its iterations, or cut by its budget:
+    only then may the same seed give another plan) and where its rounds and seconds went."""
+    how = {"done": "finished every phase", "iterations": "used its iterations",
+           "budget_s": "was cut by its budget (another run may give another plan)"}[r.stopped]
+    phases = ", ".join(f"{ph['name']} {ph['rounds']} rounds {ph['seconds']:.1f} s" for ph in r.notes["phases"])
+    n = r.notes
+    return (f"gradient search {how} in {r.iterations} rounds ({phases}; {n.get('relaxed_batches', 0)} relaxed "
+            f"batches, {n.get('kicks', 0)} kicks).")
 
 
 def describe_plan(plan, model, max_rows: int = 12) -> str:

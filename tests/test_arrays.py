@@ -10,7 +10,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.cost.arrays import add_at, as_numpy, lead
 from perfmodel.evaluate import _step_model
-from perfmodel.search.local import eager, score_pairs
+from perfmodel.search.score import eager, score_pairs
 
 # two network levels and core-driven collectives (h100-16), offload engines on an integrated NIC
 # (mtia300-64), one level (h100-8) with sequence tables (hstu-seq)

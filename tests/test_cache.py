@@ -32,33 +32,6 @@ def test_compile_cache_folder_and_off_switch(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", before)
 
 
-def test_kept_marks_live_in_the_cache_folder_per_program(tmp_path, monkeypatch):
-    """mark_kept notes a program in the cache folder: is_kept finds it there, not under another
-    name, not in another folder, not for another source of perfmodel (the program it compiles
-    differs), and nowhere with the cache off (nothing is written then)."""
-    from perfmodel import cache
-    from perfmodel.cache import is_kept, mark_kept
-
-    assert len(cache._source_digest()) == 16 and cache._source_digest() == cache._source_digest()
-
-    before = jax.config.jax_compilation_cache_dir
-    try:
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "a"))
-        assert not is_kept("relaxed step X")
-        mark_kept("relaxed step X")
-        assert is_kept("relaxed step X") and not is_kept("relaxed step Y")
-        with monkeypatch.context() as m:
-            m.setattr(cache, "_source_digest", lambda: "edited-source")
-            assert not is_kept("relaxed step X")
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "b"))
-        assert not is_kept("relaxed step X")
-        jax.config.update("jax_compilation_cache_dir", None)
-        mark_kept("relaxed step X")
-        assert not is_kept("relaxed step X") and not (tmp_path / "b").exists()
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
-
-
 def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_path, monkeypatch):
     """cache.jit(export=True): with the persistent cache on, the first call traces the function, keeps
     the exported program and the executable compiled from it in the cache folder; a new process (a new
@@ -73,6 +46,7 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
 
     from perfmodel import cache
 
+    assert len(cache._source_digest()) == 16 and cache._source_digest() == cache._source_digest()
     traces, loads = [], []
 
     def f(box, x):
@@ -131,49 +105,9 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
         compilation_cache.reset_cache()
 
 
-def test_ready_makes_an_exported_program_without_a_call(tmp_path):
-    """Exported.ready: the program for these arguments is made (traced, exported, compiled and kept)
-    and a later call uses it as is; with the cache off there is nothing to make ahead (False); with
-    kept_only, from shapes alone, it is loaded when kept and nothing is made when not."""
-    import jax.numpy as jnp
-    import numpy as np
-    from jax._src import compilation_cache
-
-    from perfmodel import cache
-
-    traces = []
-
-    def g(x):
-        traces.append(1)
-        return jnp.cumsum(x) * 3.0
-
-    x = np.arange(5, dtype=np.float32)
-    before = jax.config.jax_compilation_cache_dir
-    try:
-        compilation_cache.reset_cache()
-        jax.config.update("jax_compilation_cache_dir", None)
-        assert cache.jit(g, export=True).ready(x) is False
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-        spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
-        assert cache.jit(g, export=True).ready(spec, kept_only=True) is False and traces == []   # nothing kept: nothing made
-        e = cache.jit(g, export=True)
-        assert e.ready(x) is True and len(traces) == 1
-        assert any(p.name.startswith("perfmodel-exec-") for p in tmp_path.iterdir())
-        np.testing.assert_allclose(np.asarray(e(x)), np.cumsum(x) * 3.0)
-        assert len(traces) == 1                      # made once, by ready
-        assert e.ready(x) is True and len(traces) == 1
-        fresh = cache.jit(g, export=True)                # a new process: the kept executable, from shapes alone
-        assert fresh.ready(spec, kept_only=True) is True and len(traces) == 1
-        np.testing.assert_allclose(np.asarray(fresh(x)), np.cumsum(x) * 3.0)
-        assert len(traces) == 1
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
-        compilation_cache.reset_cache()
-
-
 def test_cache_command_counts_prunes_and_clears_only_cache_files(tmp_path, monkeypatch, capsys):
     """`perfmodel cache`: counts XLA's entries and perfmodel's files per kind, with those of other
-    versions (another version tag, none, or a write cut short) as stale; --prune removes exactly those
+    versions (another version tag, none, a write cut short, or an earlier version's marks) as stale; --prune removes exactly those
     (and XLA programs compiled for another version), --clear every cache file; a file of the user's in
     the folder, and a subfolder, are never touched."""
     import json

@@ -5,6 +5,7 @@ import numpy as np
 
 import perfmodel as pm
 from perfmodel import calibrate as cal
+from perfmodel.calibrate import timing
 from perfmodel.cli import main
 from test_presets import uncited
 
@@ -66,7 +67,7 @@ def test_rounds_keep_each_benchmark_fastest_round_on_a_cpu(monkeypatch):
         a, b = next(runs)
         return [cal.Measurement("memory", "m", {"bytes": 8.0}, a, 10, load_1min=float(r)),
                 cal.Measurement("step", "s", {}, b, 3, load_1min=float(r))]
-    monkeypatch.setattr(cal, "_measure_once", once)
+    monkeypatch.setattr(timing, "_measure_once", once)
     ms = cal.measure({"rounds": 3}, "fp32", log=lambda m: None)
     assert [(m.seconds, m.reps, m.load_1min) for m in ms] == [(0.4, 30, 1.0), (3.0, 9, 0.0)]
     assert cal._clock() is __import__("time").perf_counter      # wall time: see _clock

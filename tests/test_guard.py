@@ -167,7 +167,7 @@ def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
     device's share), shards placed heaviest first on the device of least sum: the busiest device
     then carries at most the mean plus the largest shard (Graham's bound for list scheduling)."""
     from perfmodel.search.guard import packed_start
-    from perfmodel.search.local import LocalSearch
+    from perfmodel.search.problem import Problem
     from perfmodel.search.relax import make_masks
     system, model, _ = small_guard
     rng = np.random.default_rng(1)
@@ -178,7 +178,7 @@ def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
     guard = ShardCosts.from_dict(system, model, {"cap": 1e6, "tables": tables})
     masks = make_masks(system, model)
     masks = dataclasses.replace(masks, types=np.where(guard.priced(), masks.types, -1e9))     # as search does
-    plan = packed_start(LocalSearch(system, model, masks, guard=guard), pm.greedy_plan(system, model))
+    plan = packed_start(Problem(system, model, masks, guard=guard), pm.greedy_plan(system, model))
     kinds = {n: t.sharding_type for n, t in plan.tables.items()}
     assert set(kinds.values()) <= {"table_wise", "column_wise"}
     assert kinds[model.tables.names[0]] == "column_wise"

@@ -1,7 +1,7 @@
-"""Local search and multi-resource packing: plateaus of the max, the packer's balance."""
+"""Local search and multi-resource packing: plateaus of the max, moves and compound moves scored
+as the plans they stand for, the packer's balance."""
 
 import dataclasses
-import time
 
 import jax
 import numpy as np
@@ -9,9 +9,13 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.plan import CW, TablePlan, to_arrays
-from perfmodel.search.local import TIE, TIE_TAU, LocalSearch, make_batch_scorer, score_plans
+from perfmodel.search import compound as cp
+from perfmodel.search import descent as ds
+from perfmodel.search import moves as mv
 from perfmodel.search.pack import rebalance
+from perfmodel.search.problem import Problem
 from perfmodel.search.relax import make_masks
+from perfmodel.search.score import TIE, TIE_TAU, score_plans
 from perfmodel.workload import parse_model
 
 T = 8
@@ -54,68 +58,61 @@ def test_a_plateau_of_the_max_is_crossed(twins):
     assert hard[1] == pytest.approx(hard[0], rel=1e-6)               # the hard step cannot see it
     tie = score_plans(system, model, pm.plan.stack([to_arrays(p, system, model) for p in (start, moved)]), tie=True)
     assert tie[1] < tie[0] * (1 - 1e-6)                              # the tie-broken score can
-    ls = LocalSearch(system, model, make_masks(system, model, sharding_types=("table_wise",)), freeze_settings=True)
-    loads = ls.details(start)[4].astype(np.float64)
+    p = Problem(system, model, make_masks(system, model, sharding_types=("table_wise",)), freeze_settings=True)
+    loads = p.details(start)[4].astype(np.float64)
     loads = loads[loads.mean(1) > 0]                 # resources no device uses add nothing
     norm = loads / loads.mean(1, keepdims=True)
     spread = np.sum(TIE_TAU * np.log(np.sum(np.exp(norm / TIE_TAU), axis=1)))
     assert tie[0] == pytest.approx(hard[0] * (1 + TIE * spread), rel=1e-5)
-    plan, _ = ls.run(start, deadline=float("inf"))
+    plan, _ = ds.run(p, start)
     assert counts(plan, 4).tolist() == [2, 2, 2, 2]
     assert float(pm.evaluate(system, model, plan).step_s) < hard[0] * 0.95
 
 
 def test_mixed_batch_scores_each_candidate_as_its_own_batch_does(twins):
     """A small instance's round scores table moves, swaps and setting changes in one padded batch
-    (_apply_mixed); each must score as in a batch of its own kind."""
-    import jax.numpy as jnp
-    from perfmodel.search.local import _apply_swaps, _apply_table_moves, _pad
-
+    (moves.score_mixed); each must score as in a batch of its own kind."""
     system, model = twins
-    ls = LocalSearch(system, model, make_masks(system, model))
+    p = Problem(system, model, make_masks(system, model))
     plan = placed(system, model, [0, 0, 0, 1, 1, 1, 2, 3])
-    pa = to_arrays(plan, system, model)
-    _, _, memory, cap, loads, _ = ls.details(plan)
-    c = ls._table_candidates(plan, loads, memory, float(cap), True)
-    a, b = ls._swap_candidates(plan, loads, memory, float(cap), True)
-    settings = ls._setting_candidates(plan)
-    n, size = len(c["t"]), ls.max_batch
+    pa = p.arrays(plan)
+    _, _, memory, cap, loads, _ = p.details(plan)
+    c = mv.table_moves(p, plan, loads, memory, float(cap), True)
+    a, b = mv.swaps(p, plan, loads, memory, float(cap), True)
+    settings = mv.setting_changes(p, plan)
+    n, size = len(c["t"]), p.max_batch
     assert n and len(a) and settings and n + len(a) + len(settings) <= size
-    moves, swaps, sets = ls._mixed_scores(plan, pa, c, a, b, settings)
-    cols = [jnp.asarray(_pad(c[k], size)) for k in ("t", "st", "devs", "k", "dom")]
-    alone = ls.scores(_apply_table_moves(pa, *cols, jnp.asarray(_pad(c["cache"], size), jnp.float32)))[:n]
-    np.testing.assert_array_equal(moves, alone)
-    np.testing.assert_array_equal(swaps, ls.scores(_apply_swaps(pa, jnp.asarray(_pad(a, size)),
-                                                                jnp.asarray(_pad(b, size))))[:len(a)])
-    np.testing.assert_array_equal(sets, ls.scores_of(settings))
+    moves, swaps, sets = mv.score_mixed(p, plan, pa, c, a, b, settings)
+    np.testing.assert_array_equal(moves, mv.score_moves(p, pa, c))
+    np.testing.assert_array_equal(swaps, mv.score_swaps(p, pa, a, b))
+    np.testing.assert_array_equal(sets, p.scores_of(settings))
     assert len(set(moves.round(9))) > 1 and len(set(sets.round(9))) > 1      # the candidates differ
     # more than a batch (a round widened to every move on a larger instance): the settings and the
     # first moves in one batch, the rest a batch at a time, by the same program; the same scores
-    small = LocalSearch(system, model, make_masks(system, model), max_batch=32)
+    small = Problem(system, model, make_masks(system, model), max_batch=32)
     assert len(settings) < 32 < n + len(a) + len(settings)
-    chunked = small._mixed_scores(plan, pa, c, a, b, settings)
+    chunked = mv.score_mixed(small, plan, pa, c, a, b, settings)
     for got, want in zip(chunked, (moves, swaps, sets)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_table_moves_score_as_their_plans_column_wise_in_any_shard_count(twins):
-    """Every table move (_table_candidates, every table on every device) scored in its batch equals
+    """Every table move (moves.table_moves, every table on every device) scored in its batch equals
     the score of the Plan it stands for (_moved_plan): column-wise ones in 2 and 4 shards (dim 128
     on 4 devices), and the cache-ratio moves an over-capacity plan gets (cap 0 here), which keep a
     4-way column-wise table's four devices."""
     system, model = twins
     tables = dataclasses.replace(model.tables, dim=np.full(T, 128.0, np.float32))
     model = dataclasses.replace(model, tables=tables)
-    ls = LocalSearch(system, model, make_masks(system, model))
+    p = Problem(system, model, make_masks(system, model))
     plan = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
     plan.tables["t1"] = TablePlan("column_wise", [0, 1, 2, 3])
-    _, _, memory, _, loads, _ = ls.details(plan)
+    _, _, memory, _, loads, _ = p.details(plan)
     for cap in (float("inf"), 0.0):
-        c = ls._table_candidates(plan, loads, memory, cap, True)
+        c = mv.table_moves(p, plan, loads, memory, cap, True)
         n = len(c["t"])
-        moved = [ls._moved_plan(plan, c, i) for i in range(n)]
-        np.testing.assert_allclose(ls.scores(ls._moves_batch(to_arrays(plan, system, model), c, slice(0, n)))[:n],
-                                   ls.scores_of(moved), rtol=1e-6)
+        moved = [mv.moved(p, plan, c, i) for i in range(n)]
+        np.testing.assert_allclose(mv.score_moves(p, p.arrays(plan), c), p.scores_of(moved), rtol=1e-6)
         split = [len(p.tables[f"t{c['t'][i]}"].ranks) for i, p in enumerate(moved) if c["st"][i] == CW]
         assert sorted(set(split)) == [2, 4]
     kept = [p.tables["t1"] for i, p in enumerate(moved) if c["t"][i] == 1 and c["cache"][i] < 1]
@@ -157,11 +154,11 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
     leave 3 for 2 and 1: halves per device 5, 5, 4, 2)."""
     system, model = twins
     start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
-    ls = LocalSearch(system, model, make_masks(system, model))
-    groups = ls._group_candidates(start)
+    p = Problem(system, model, make_masks(system, model))
+    groups = cp.group_candidates(p, start)
     # data-parallel, row-wise, column-wise, splits k = 0..T; no TWRW; then column-wise splits k = 0..T-1
     # in two shards (dim 64: no more); those again under the other dense parallelism allowed apart
-    others = ls._group_candidates(start, other_dense=True)
+    others = cp.group_candidates(p, start, other_dense=True)
     assert len(groups) == 5 * T + 1 and len(others) == T
     for k, g in enumerate(groups[2 * T:3 * T], start=1):
         split = [n for n, tp in g.tables.items() if tp.sharding_type == "column_wise"]
@@ -188,33 +185,32 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
 
 
 @pytest.mark.parametrize("in_program", [False, True])
-def test_compound_moves_built_from_their_types_score_as_their_plans(twins, monkeypatch, in_program):
+def test_compound_moves_built_from_their_types_score_as_their_plans(twins, in_program):
     """group_moves builds each batch from the moves' sharding types (in numpy, or in the compiled
-    program _apply_groups on a large instance: forced here); its scores must be those of the moves'
-    Plans built one by one (plan_arrays), on a start of every sharding type and on two domains
-    (table-row-wise moves), column-wise splits among them. Setting changes scored with the tables broadcast (score_settings) likewise."""
+    program a large instance uses: asked for here); its scores must be those of the moves' Plans
+    built one by one (plan_arrays), on a start of every sharding type and on two domains
+    (table-row-wise moves), column-wise splits among them. Setting changes scored with the tables
+    broadcast (score_settings) likewise."""
     from perfmodel.plan import plan_arrays, stack
-    from perfmodel.search import local
-    from perfmodel.search.local import score_settings
+    from perfmodel.search.score import in_program as builds_in_program, score_settings
     _, model = twins
     system = pm.load_system("h100-16")                # two scale-up domains of 8
-    assert not local.in_program(system, model)
+    assert not builds_in_program(system, model)
+    p = Problem(system, model, make_masks(system, model))
     if in_program:
-        monkeypatch.setattr(local, "PROGRAM_BATCH_BYTES", 0)
-    ls = LocalSearch(system, model, make_masks(system, model))
-    assert ls.in_program == in_program
+        object.__setattr__(p, "in_program", True)
     rng = np.random.default_rng(0)
-    start = ls.kick(pm.greedy_plan(system, model), rng)
+    start = mv.kick(p, pm.greedy_plan(system, model), rng)
     assert len({tp.sharding_type for tp in start.tables.values()}) >= 3
-    groups = ls._group_candidates(start)
+    groups = cp.group_candidates(p, start)
     assert any(tp.sharding_type == "column_wise" != start.tables[n].sharding_type         # split in two
                for g in groups for n, tp in g.tables.items())
-    scores, group = ls.group_moves(start, plan_arrays(start, system, model))
-    np.testing.assert_array_equal(scores, ls.scores_of(groups))
+    (_, scores), group = cp.group_moves(p, start, plan_arrays(start, system, model))
+    np.testing.assert_array_equal(scores, p.scores_of(groups))
     assert group(7) == groups[7]
-    settings = ls._setting_candidates(start)
+    settings = mv.setting_changes(p, start)
     np.testing.assert_array_equal(score_settings(system, model, settings, plan_arrays(start, system, model)),
-                                  score_plans(system, model, stack([plan_arrays(p, system, model) for p in settings])))
+                                  score_plans(system, model, stack([plan_arrays(q, system, model) for q in settings])))
 
 
 def test_table_row_wise_moves_fill_the_least_loaded_domain_first(twins):
@@ -223,8 +219,8 @@ def test_table_row_wise_moves_fill_the_least_loaded_domain_first(twins):
     _, model = twins
     system = pm.load_system("h100-16")
     start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i]) for i in range(T)})
-    ls = LocalSearch(system, model, make_masks(system, model))
-    twrw = [g for g in ls._group_candidates(start)
+    p = Problem(system, model, make_masks(system, model))
+    twrw = [g for g in cp.group_candidates(p, start)
             if {tp.sharding_type for tp in g.tables.values()} <= {"table_wise", "table_row_wise"}][:T]
     assert len(twrw) == T
     for k, g in enumerate(twrw, start=1):
@@ -240,12 +236,12 @@ def test_column_wise_splits_tile_aligned_blocks_around_table_row_wise_tables(twi
     k = 2, n = 1 (identical tables: both orders are t0, t1, ...): t0, t1 replicated; t2 on domain 0;
     t3 ... t6 on blocks 4 ... 7 (devices 8 ... 15, unloaded), then t7 on block 0 (a quarter of t2
     each on blocks 0 ... 3, a whole table on 4 ... 7)."""
-    from perfmodel.search.local import SPLIT_TWRW
+    from perfmodel.search.problem import SPLIT_TWRW
     _, model = twins
     system = pm.load_system("h100-16")
     start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i]) for i in range(T)})
-    ls = LocalSearch(system, model, make_masks(system, model))
-    splits = [g for g in ls._group_candidates(start) if g.dense == start.dense
+    p = Problem(system, model, make_masks(system, model))
+    splits = [g for g in cp.group_candidates(p, start) if g.dense == start.dense
               and any(tp.sharding_type == "column_wise" and len(tp.ranks) > 1 and tp.ranks[1] == tp.ranks[0] + 1
                       and tp.ranks[0] % 2 == 0 for tp in g.tables.values())]
     want = {"t0": [*range(16)], "t1": [*range(16)], "t2": [*range(8)], "t3": [8, 9], "t4": [10, 11],
@@ -259,43 +255,45 @@ def test_column_wise_splits_tile_aligned_blocks_around_table_row_wise_tables(twi
         sum(1 for k in range(T) for n in range(SPLIT_TWRW + 1) if n < T - k)
 
 
-def test_a_compound_move_that_lowers_the_step_is_taken_though_its_tie_broken_score_is_higher(twins):
-    """When no single move helps, the descent takes the compound move of least step time when it is
-    below the best the descent has held, whatever its tie-broken score (a whole-plan move trades the
-    step for its resource spread: MLPerf / h100-64, a column-wise split at 1.942 ms, tie-broken
-    1.99, from a plan at 1.968 both); else, as before, the least tie-broken one when that is lower.
-    The column-wise splits under the other dense parallelisms are scored only when those fail."""
+@pytest.mark.parametrize("hard, tie, expect", [
+    ([5.0, 3.0, 4.0], [5.0, 9.0, 4.5], 1),      # the least step, below 6.0, whatever its tie-broken score
+    ([7.0, 6.5, 8.0], [7.0, 5.5, 8.0], 1),      # no step below: the least tie-broken, when below 6.0
+    ([7.0, 6.5, 8.0], [7.0, 6.5, 4.0], 2),      # ... which need not be the least step
+    ([7.0, 6.5, 8.0], [7.0, 6.5, 8.0], None),   # neither lower: no compound move
+    ([], [], None),
+])
+def test_a_compound_move_that_lowers_the_step_is_taken_though_its_tie_broken_score_is_higher(hard, tie, expect):
+    """pick_compound, as a descent and a small instance's start take compound moves: the one of
+    least step time when below the step to beat (a whole-plan move trades the step for its resource
+    spread), else the least tie-broken one when below the tie-broken score to beat."""
+    assert cp.pick_compound(np.asarray(hard), np.asarray(tie), 6.0, 6.0) == expect
+
+
+def test_a_descent_is_a_state_advanced_a_round_at_a_time(twins):
+    """Eight tables all table-wise on one device, settings frozen: each call of descend is one round
+    (its count goes up by one), the first moves a table off device 0, the best plan held never rises,
+    and the descent stops (done) by itself, two tables per device, well below its start."""
     system, model = twins
-    ls = LocalSearch(system, model, make_masks(system, model))
-    start, _ = ls.run(placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3]), deadline=time.time() + 30)
-    cur, hard = float(ls.details(start)[0]), float(ls.details(start)[5])
-    taken, asked = [], []
-
-    def moves(first, other=None):
-        def group_moves(plan, pa, hard=False, other_dense=False):
-            assert hard
-            asked.append(other_dense)
-            return np.asarray(other if other_dense else first), lambda j: taken.append((other_dense, j)) or plan
-        return group_moves
-
-    def run(first, other=None):
-        taken.clear(), asked.clear()
-        ls.group_moves = moves(first, other or first)
-        ls.run(start, deadline=time.time() + 30, max_rounds=1)
-        return taken, asked
-
-    assert run([[hard * 1.01, hard * 0.99, hard * 1.02], [cur * 0.9, cur * 1.05, cur * 1.1]]) == ([(False, 1)], [False])
-    assert run([[hard * 1.01, hard * 1.0, hard * 1.02], [cur * 1.1, cur * 0.95, cur * 0.9]]) == ([(False, 2)], [False])
-    assert run([[hard * 1.01, hard * 1.0], [cur * 1.1, cur * 1.0]]) == ([], [False, True])
-    assert run([[hard * 1.01], [cur * 1.1]], [[hard * 1.01, hard * 0.98], [cur * 1.2, cur * 1.3]]) == \
-        ([(True, 1)], [False, True])
+    p = Problem(system, model, make_masks(system, model, sharding_types=("table_wise", "data_parallel")),
+                freeze_settings=True)
+    start = placed(system, model, [0] * T)
+    d = ds.start(p, start)
+    scores = [d.kept_score]
+    while not d.done:
+        before = d.rounds
+        d = ds.descend(p, d)
+        assert d.rounds in (before, before + 1) and d.kept_score <= scores[-1]
+        scores.append(d.kept_score)
+    assert counts(d.kept, 4).tolist() == [2, 2, 2, 2]
+    assert d.kept_score < 0.6 * float(pm.evaluate(system, model, start).step_s) and d.rounds <= ds.MAX_ROUNDS
 
 
 def test_large_instances_split_at_growing_replica_counts():
     """On a large instance (tables x devices > EXHAUSTIVE) compound moves switch at most GROUP_MAX
     tables one by one, but the splits (the k smallest data-parallel, every other table row-wise)
     go on past GROUP_MAX in steps of half, up to every table replicated."""
-    from perfmodel.search.local import EXHAUSTIVE, GROUP_MAX
+    from perfmodel.search.problem import GROUP_MAX
+    from perfmodel.search.score import EXHAUSTIVE
     n = 300
     data = {
         "name": "many", "global_batch": 16384, "dense_dtype": "bf16", "param_bytes": 4,
@@ -308,8 +306,8 @@ def test_large_instances_split_at_growing_replica_counts():
     system, model = pm.load_system("mtia300-16"), parse_model(data, "300 small tables")
     assert n * system.num_chips > EXHAUSTIVE and system.num_chips == system.domain_size
     start = pm.Plan(tables={f"t{i}": TablePlan("table_wise", [i % 16]) for i in range(n)})
-    ls = LocalSearch(system, model, make_masks(system, model))
-    groups = ls._group_candidates(start)
+    p = Problem(system, model, make_masks(system, model))
+    groups = cp.group_candidates(p, start)
     splits = [g for g in groups if all(tp.sharding_type in ("data_parallel", "row_wise") for tp in g.tables.values())]
     replicated = [sum(tp.sharding_type == "data_parallel" for tp in g.tables.values()) for g in splits]
     assert replicated == list(range(GROUP_MAX + 1)) + [48, 72, 108, 162, 243, 300]
@@ -321,16 +319,14 @@ def test_roundings_include_each_restart_repacked(twins):
     """Two relaxed restarts whose placements all lean to device 0: argmax rounding stacks the eight
     tables there; the repacked rounding of each keeps their sharding types and spreads them two per
     device, and scores lower."""
-    import jax
-    from perfmodel.search.api import roundings
-    from perfmodel.search.gradient import warm_start
+    from perfmodel.search.adam import warm_start
+    from perfmodel.search.pipeline import roundings
     system, model = twins
     start = placed(system, model, [0] * T)
     one = warm_start(start, system, model)
     params = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * 2), one)
-    masks = make_masks(system, model)
-    ls = LocalSearch(system, model, masks)
-    plans = roundings(params, masks, ls)
+    p = Problem(system, model, make_masks(system, model))
+    plans = roundings(params, p, start)
     assert len(plans) == 4
     for p in plans[:2]:
         assert list(counts(p, 4)) == [T, 0, 0, 0]
@@ -342,101 +338,27 @@ def test_roundings_include_each_restart_repacked(twins):
 
 
 @pytest.mark.parametrize("lead, taken", [(0.10, True), (0.031, True), (0.029, False), (-0.05, False)])
-def test_compound_start_only_when_it_leads_by_3_percent(twins, lead, taken):
+def test_compound_start_only_when_it_leads_by_3_percent(lead, taken):
     """A large instance's descent starts from the best compound move of its start only when that
     scores COMPOUND_LEAD (3 %) below the start; a smaller gain is left to the descent."""
-    from perfmodel.search import api
-    system, model = twins
-    start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
-    ls = LocalSearch(system, model, make_masks(system, model))
-    base = float(ls.details(start)[0])
-    groups = ls._group_candidates(start)
-    fake = base * (1.0 + 0.5 * np.arange(1, len(groups) + 1))     # all worse ...
-    fake[3] = base * (1.0 - lead)                                  # ... but one
-    ls.group_moves = lambda plan, pa: (fake, groups.__getitem__)
-    plan, name = api._compound_start(ls, start, base, "greedy")
-    assert api.COMPOUND_LEAD == 0.03
-    assert (plan is groups[3], name) == ((True, "greedy, compound move") if taken else (False, "greedy"))
-
-
-@pytest.mark.parametrize("hard, tie, expect", [
-    ([5.0, 3.0, 4.0], [5.0, 9.0, 4.5], (1, 3.0)),      # the least step, below the start's, whatever its tie-broken score
-    ([7.0, 6.5, 8.0], [7.0, 5.5, 8.0], (1, 6.5)),      # no step below: the least tie-broken, when below the start's
-    ([7.0, 6.5, 8.0], [7.0, 6.5, 8.0], (None, None)),  # neither lower: no second basin
-])
-def test_a_small_instance_races_the_compound_move_of_least_step(twins, hard, tie, expect):
-    """_race_compound picks the start's second basin as LocalSearch.run takes compound moves: the
-    one of least step time when below the start's step (6.0 here), else the least tie-broken one
-    when below the start's tie-broken score (6.0), and gives that plan's step time."""
-    from perfmodel.search import api
-    system, model = twins
-    start = placed(system, model, [0, 0, 1, 1, 2, 2, 3, 3])
-    ls = LocalSearch(system, model, make_masks(system, model))
-    groups = ls._group_candidates(start)[:3]
-    ls.group_moves = lambda plan, pa, hard_=False, **kw: (np.array([hard, tie]), groups.__getitem__)
-    plan, step = api._race_compound(ls, start, 6.0, 6.0)
-    if expect[0] is None:
-        assert plan is None and step == float("inf")
-    else:
-        assert plan is groups[expect[0]] and step == expect[1]
-
-
-def test_the_warm_ups_compile_the_programs_a_search_then_runs():
-    """LocalSearch.warm_up (run in a thread while another makes the batch scorer) must
-    compile exactly the programs a descent's first round calls, with the same shapes and dtypes: a
-    round after it compiles nothing. Likewise codesign._warm_scan for the knob scan. A problem shape
-    of its own (five tables on two chips), so no other test has compiled these programs."""
-    from perfmodel.search import codesign
-    from perfmodel.search.api import _CompileClock
-    data = {
-        "name": "five-tables", "global_batch": 8192, "dense_dtype": "bf16", "param_bytes": 4,
-        "activation_bytes": 2, "dense_optimizer": "adagrad",
-        "embeddings": {"dim": 32, "bytes_per_element": 4, "optimizer": "rowwise_adagrad", "index_bytes": 8,
-                       "names": [f"t{i}" for i in range(5)], "rows": [100_000 * (i + 1) for i in range(5)],
-                       "pooling": [10] * 5},
-        "dense": {"layers": [
-            {"kind": "mlp", "name": "bottom_mlp", "stage": "bottom", "input": 13, "widths": [32]},
-            {"kind": "mlp", "name": "top_mlp", "stage": "top", "input": 192, "widths": [32, 1]},
-        ]},
-    }
-    system, model = pm.load_system("mtia300-2"), parse_model(data, "five tables")
-    ls = LocalSearch(system, model, make_masks(system, model))
-    greedy = pm.greedy_plan(system, model)           # scored in numpy (local.eager): compiles nothing
-    make_batch_scorer(system, model)                 # as a search makes it, in a thread beside the warm-up
-    with _CompileClock() as warming:
-        ls.warm_up()
-    assert warming.seconds > 0
-    with _CompileClock() as descent:
-        _, score = ls.run(greedy, deadline=float("inf"), max_rounds=1)
-    assert descent.seconds == 0.0 and np.isfinite(score)
-    # and the relaxed step compiled ahead (a co-design's later searches; a search's own, beside its
-    # descent) is the program the relaxed phase runs
-    from perfmodel.search import api
-    from perfmodel.search import gradient as gs
-    masks = make_masks(system, model)
-    assert not gs.is_compiled(8, system, model)
-    api._compile_step(8, system, model, masks, greedy, "relaxed step (test)")
-    assert gs.is_compiled(8, system, model) and not api._STEP_COMPILING
-    params, state = gs.prepare(system, model, seed=1, restarts=8, warm=greedy)
-    with _CompileClock() as stepping:
-        gs.run(gs.step_for(8, system, model), params, state, system, model, masks, steps=2, deadline=float("inf"))
-    assert stepping.seconds == 0.0
-    assert codesign._warm_scan("nic_split", system, model, 33).wait(timeout=300)
-    assert codesign._warm_scan("nic_split", system, model, 33).is_set()      # compiled: nothing to wait for
-    with _CompileClock() as scanning:
-        values, obj, feasible, grad = codesign.scan("nic_split", system, model, greedy)
-    assert scanning.seconds == 0.0 and np.isfinite(obj).all() and len(values) == 34
+    from perfmodel.search.pipeline import COMPOUND_LEAD, leading
+    base = 7.0
+    ties = base * (1.0 + 0.5 * np.arange(1, 9))          # all worse ...
+    ties[3] = base * (1.0 - lead)                         # ... but one
+    assert COMPOUND_LEAD == 0.03
+    assert leading(ties, base) == (3 if taken else None)
+    assert leading(np.zeros(0), base) is None
 
 
 def test_the_scorers_of_mlperf_have_no_matrix_product():
     # a matrix product in a scorer makes XLA:CPU call oneDNN, which builds its GEMM kernels at the
-    # program's first call: 25 ms of a new process's first plan (embedding._over_tables, collectives)
+    # program's first call (embedding._over_tables, collectives)
     from perfmodel.plan import plan_arrays, stand_in
-    from perfmodel.search import local
+    from perfmodel.search import score
 
     system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
     pa = plan_arrays(stand_in(system, model), system, model)
     batch = jax.tree_util.tree_map(lambda x: np.repeat(np.asarray(x)[None], 4, 0), pa)
-    for text in (local._details.lower(system, model, pa).as_text(),
-                 local._score_batch.lower(system, model, batch, None).as_text()):
+    for text in (score.details.lower(system, model, pa).as_text(),
+                 score._score_batch.lower(system, model, batch, None).as_text()):
         assert "stablehlo.add" in text and "dot_general" not in text

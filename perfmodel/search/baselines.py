@@ -5,13 +5,14 @@ random        vectorized sampling of discrete plans over the allowed choices (un
 evolutionary  a genetic algorithm on the same one-hot encoding: tournament selection, uniform
               crossover of whole table rows and of settings, per-table mutation of type and
               device, elitism; one generation is one jitted, vmapped step
-Both run until the wall-clock budget is spent, in fixed-size batches, from a seeded PRNG key.
+Both run a round at a time (a batch, a generation) from a seeded PRNG key until their iterations or
+the wall-clock budget are spent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,7 @@ from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import CW, PlanArrays
 from ..workload import RankingModel
-from .local import batch_size, note_progress, score_of, score_plans
+from .score import score_of, score_plans
 from .relax import Masks
 
 
@@ -50,30 +51,6 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
 
 
 _sample = jit(sample_plans, static_argnums=4)
-
-
-def random_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float,
-                  progress: list | None = None):
-    """Returns (best one-hot PlanArrays, its score, plans evaluated). progress: the anytime profile
-    to append to (local.note_progress), or None."""
-    n = batch_size(system, model)
-    sample = lambda k: _sample(k, system, model, masks, n)
-    score = lambda b: score_plans(system, model, b)
-    key = jax.random.PRNGKey(seed)
-    best, best_pa, count = np.inf, None, 0
-    while True:
-        key, sub = jax.random.split(key)
-        batch = sample(sub)
-        sc = np.asarray(score(batch))
-        count += n
-        j = int(np.argmin(sc))
-        if sc[j] < best:
-            best, best_pa = float(sc[j]), jax.tree_util.tree_map(lambda x: x[j], batch)
-            if progress is not None:
-                note_progress(progress, best)
-        if time.time() > deadline:
-            break
-    return best_pa, best, count
 
 
 @jit(static_argnums=6)
@@ -112,27 +89,76 @@ def _generation(key, pop, fit, system, model, masks, n, pm):
     return both, allfit[keep]
 
 
-def evolutionary_search(system: System, model: RankingModel, masks: Masks, *, seed: int, deadline: float,
-                        seeds: list[PlanArrays] = (), mutation: float | None = None, progress: list | None = None):
-    """Genetic algorithm; `seeds` (e.g. the greedy plan) join the first population. progress: the
-    anytime profile to append the population's best to after each generation (local.note_progress), or None."""
-    n = batch_size(system, model)
-    T = model.tables.count
-    pm = jnp.float32(mutation if mutation is not None else min(0.5, 2.0 / T))
-    key = jax.random.PRNGKey(seed)
-    key, sub = jax.random.split(key)
-    pop = _sample(sub, system, model, masks, n)
-    for i, s in enumerate(seeds[:n]):
-        pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
-    fit = jnp.asarray(score_plans(system, model, pop))
-    if progress is not None:
-        note_progress(progress, float(jnp.min(fit)))
-    gens = 0
-    while time.time() < deadline:
-        key, sub = jax.random.split(key)
-        pop, fit = _generation(sub, pop, fit, system, model, masks, n, pm)
-        gens += 1
-        if progress is not None:
-            note_progress(progress, float(np.min(np.asarray(fit))))
-    j = int(np.argmin(np.asarray(fit)))
-    return jax.tree_util.tree_map(lambda x: x[j], pop), float(fit[j]), (gens + 1) * n
+@dataclass(frozen=True)
+class Sampled:
+    """A sampler's state: its PRNG key, the best plan seen (one-hot arrays) and its score, the
+    plans evaluated; for the evolutionary method, the population and its fitness too."""
+
+    key: object
+    best_pa: object = None
+    best: float = float("inf")
+    evaluations: int = 0
+    pop: object = None
+    fit: object = None
+    done: bool = False
+
+
+class Random:
+    """Vectorized random sampling: one batch of batch_size plans a round; the best feasible wins."""
+
+    name = "random"
+
+    def init(self, p, seed, budget):
+        return Sampled(key=jax.random.PRNGKey(seed))
+
+    def step(self, p, s: Sampled, budget) -> Sampled:
+        key, sub = jax.random.split(s.key)
+        batch = _sample(sub, p.system, p.model, p.masks, p.max_batch)
+        sc = np.asarray(score_plans(p.system, p.model, batch))
+        j = int(np.argmin(sc))
+        better = sc[j] < s.best
+        return dataclasses.replace(s, key=key, evaluations=s.evaluations + p.max_batch,
+                                   best=float(sc[j]) if better else s.best,
+                                   best_pa=jax.tree_util.tree_map(lambda x: x[j], batch) if better else s.best_pa)
+
+    def best(self, s: Sampled):
+        return (None if s.best_pa is None else s.best_pa), s.best
+
+    def phase(self, s):
+        return "sampling"
+
+    def notes(self, s):
+        return {"evaluations": s.evaluations}
+
+
+class Evolutionary(Random):
+    """A genetic algorithm on the one-hot encoding, one generation a round; `seeds` (the greedy
+    plan's arrays) join the first population."""
+
+    name = "evolutionary"
+
+    def __init__(self, seeds=(), mutation: float | None = None):
+        self.seeds, self.mutation = list(seeds), mutation
+
+    def init(self, p, seed, budget):
+        key, sub = jax.random.split(jax.random.PRNGKey(seed))
+        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch)
+        for i, s in enumerate(self.seeds[:p.max_batch]):
+            pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
+        fit = jnp.asarray(score_plans(p.system, p.model, pop))
+        return self._best(Sampled(key=key, pop=pop, fit=fit, evaluations=p.max_batch))
+
+    def step(self, p, s: Sampled, budget) -> Sampled:
+        rate = jnp.float32(self.mutation if self.mutation is not None else min(0.5, 2.0 / p.T))
+        key, sub = jax.random.split(s.key)
+        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate)
+        return self._best(dataclasses.replace(s, key=key, pop=pop, fit=fit, evaluations=s.evaluations + p.max_batch))
+
+    @staticmethod
+    def _best(s: Sampled) -> Sampled:
+        fit = np.asarray(s.fit)
+        j = int(np.argmin(fit))
+        return dataclasses.replace(s, best=float(fit[j]), best_pa=jax.tree_util.tree_map(lambda x: x[j], s.pop))
+
+    def phase(self, s):
+        return "generations"

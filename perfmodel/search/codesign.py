@@ -8,7 +8,7 @@ Knobs
                  amortized over 3 years); objective: cost per sample
 Method: alternate (1) the plan search at the current knob value and (2) a vectorized scan of the knob
 over its range with the plan fixed (one vmapped call of the objective and its jax.grad, compiled
-once), until the knob stops moving or the time budget is spent; report the chosen value, the preset
+once), until the knob stops moving or the budget is spent; report the chosen value, the preset
 value, what it bought, and d objective / d knob at the choice.
 """
 
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
-import time
 from dataclasses import dataclass
 
 import jax
@@ -28,7 +26,7 @@ from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import _evaluate
 from ..hardware import System, link_bandwidths
-from ..plan import stand_in, to_arrays
+from ..plan import to_arrays
 from ..workload import RankingModel
 
 PRICE_PER_GBPS_HOUR = 0.0025     # assumed: see the module docstring
@@ -116,71 +114,34 @@ def scan(name: str, system: System, model: RankingModel, plan, points: int = 33)
     return values, np.asarray(obj, np.float64), np.asarray(feasible), np.asarray(grad, np.float64)
 
 
-_SCANNED: set = set()     # (knob, problem shape) whose scan is compiled (or compiling) in this process
+SEARCH_SHARE = 0.45    # of the budget (rounds and seconds), per plan search: the usual two and their scans fit
 
 
-def _warm_scan(name: str, system: System, model: RankingModel, points: int, ahead=None):
-    """Compile the scan (on a stand-in plan) in a thread while the first plan search runs: about 2 s
-    on MLPerf / mtia300-64 that a cold co-design with a small budget otherwise spent after the search
-    (a 4-s budget ran 6.9 s); then, in the same thread, `ahead()` (what the later searches compile:
-    api._compile_step_ahead). Returns an Event set when the scan is compiled (at once when it was
-    before in this process)."""
-    from .api import background
-    from .gradient import _cache_key
+def co_design(name: str, system: System, model: RankingModel, plan_search, *, budget, iterations: int | None,
+              rounds: int = 3, points: int = 33) -> dict:
+    """Alternate plan search and knob scan within `iterations` rounds and the wall-clock `budget`
+    (driver.Budget; None limits: none).
 
-    key, done = (name, _cache_key(0, system, model)), threading.Event()
-    if key in _SCANNED:
-        done.set()
-    _SCANNED.add(key)
-
-    def work():
-        if not done.is_set():
-            try:
-                scan(name, system, model, stand_in(system, model), points)
-            except Exception:      # noqa: BLE001 -- only a warm-up: the first scan compiles it itself
-                _SCANNED.discard(key)
-            done.set()
-        if ahead is not None:
-            ahead()
-    if ahead is not None or not done.is_set():
-        background(work, "perfmodel-co-design-warm-up")
-    return done
-
-
-SEARCH_SHARE = 0.45    # of the budget, per plan search: the usual two (at the preset, at the chosen value) and their scans fit
-
-
-def co_design(name: str, system: System, model: RankingModel, plan_search, *, budget_s: float | None = None,
-              rounds: int = 3, points: int = 33, ahead=None) -> dict:
-    """Alternate plan search and knob scan within `budget_s` seconds of wall time (None: no limit).
-
-    `plan_search(system, budget_s, start) -> Plan` searches a plan at a knob value (start: the plan to
-    refine, None for the search's own start). The first search is at the preset value, with
-    SEARCH_SHARE of the budget; then scan the plan over the knob's range, move the knob to the scan's
-    best value and search again from the plan (which is already better there than where it was
-    found), until the knob stays (at most `rounds` moves) or a search at the new value would get less
-    than half the first one's time (one that would leave less than that takes the rest). The scan
-    compiles in a thread during the first search (_warm_scan), and after it `ahead()` (None: nothing):
-    what the later searches would compile. Every (value, plan) pair scanned is a candidate; the best wins,
-    the preset's on a tie, so the result is never worse than the plan searched at the preset value.
-    'improvement' is the chosen pair's against the preset's plan at the preset value: the knob and
-    the later searches together; 'improvement_plan_fixed' what the knob alone buys that plan.
+    `plan_search(system, budget_s, start, iterations) -> SearchResult` searches a plan at a knob
+    value (start: the plan to refine, None for the search's own start). Each search gets
+    SEARCH_SHARE of the iterations and of the seconds. The first is at the preset value; then scan
+    the plan over the knob's range, move the knob to the scan's best value and search again from
+    the plan (which is already better there than where it was found), until the knob stays (at most
+    `rounds` moves), another search would pass the iterations, or less than half a search's seconds
+    are left. Every (value, plan) pair scanned is a candidate; the best wins, the preset's on a tie,
+    so the result is never worse than the plan searched at the preset value. 'improvement' is the
+    chosen pair's against the preset's plan at the preset value: the knob and the later searches
+    together; 'improvement_plan_fixed' what the knob alone buys that plan.
     """
-    t0 = time.time()
     spec = knob_spec(name, system)
     preset = read_knob(name, system)
-    per = None if budget_s is None else SEARCH_SHARE * budget_s
-    deadline = float("inf") if budget_s is None else t0 + budget_s
-    scanned = _warm_scan(name, system, model, points, ahead)
-    value, plan = preset, plan_search(system, per, None)
-    scanned.wait()
+    per_s = None if budget.seconds is None else SEARCH_SHARE * budget.seconds
+    per_n = None if iterations is None else max(int(SEARCH_SHARE * iterations), 1)
+    found = plan_search(system, per_s, None, per_n)
+    value, plan, used, stopped = preset, found.plan, found.iterations, found.stopped
     candidates, history, moves = [], [], 0   # candidates: (objective, value, plan, d objective / d knob)
-    from .api import _CompileClock
     while True:
-        t_scan = time.time()
-        with _CompileClock() as compiling:
-            values, obj, feasible, grad = scan(name, system, model, plan, points)
-        t_scan = time.time() - t_scan - compiling.seconds      # what the next scan costs: compiled by now
+        values, obj, feasible, grad = scan(name, system, model, plan, points)
         here = int(np.argmin(np.abs(values - value)))       # the value the plan was searched at (on the grid)
         history.append((value, float(obj[here])))
         candidates.append((float(obj[here]), value, plan, float(grad[here])))
@@ -191,17 +152,22 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
         if not np.isfinite(masked[i]) or i == here:
             break
         candidates.append((float(obj[i]), float(values[i]), plan, float(grad[i])))
-        left = deadline - time.time() - t_scan - 0.05 * (budget_s or 0.0)   # a scan after the search; the final evaluation
-        if moves == rounds or (per is not None and left < 0.5 * per):
+        if moves == rounds or (per_n is not None and used + per_n > iterations):
+            break
+        left_s = None if budget.seconds is None else budget.seconds - budget.elapsed()
+        if left_s is not None and left_s < 0.5 * per_s:
+            stopped = "budget_s"
             break
         value, moves = float(values[i]), moves + 1
-        # a search that would leave less than half of another's time gets the rest
-        share = None if per is None else (left if left < 1.5 * per else per)
-        plan = plan_search(set_knob(name, system, value), share, plan)
+        # a search that would leave less than half of another's seconds gets the rest
+        share = None if per_s is None else (left_s if left_s < 1.5 * per_s else per_s)
+        found = plan_search(set_knob(name, system, value), share, plan, per_n)
+        plan, used = found.plan, used + found.iterations
+        stopped = "budget_s" if "budget_s" in (stopped, found.stopped) else found.stopped
     obj_preset = candidates[0][0]
     final, value, plan, grad = min(candidates, key=lambda c: c[0])     # the first (the preset's) on a tie
     return {"knob": name, "unit": spec.unit, "metric": spec.metric, "preset": preset, "chosen": value,
             "objective_at_preset": obj_preset, "objective_at_chosen": final,
             "improvement": 1.0 - final / obj_preset, "improvement_plan_fixed": fixed,
-            "d_objective_d_knob": grad, "history": history,
+            "d_objective_d_knob": grad, "history": history, "iterations": used, "stopped": stopped,
             "plan": plan, "system": set_knob(name, system, value) if value != preset else system}

@@ -32,6 +32,7 @@ from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
 from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, plan_arrays
 from ..workload import RankingModel
+from .score import INFEASIBLE, eager, score_settings
 
 MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
 HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
@@ -53,16 +54,14 @@ def _inputs_of(system: System, model: RankingModel, shards):
                 dense=xp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(L), float(D))]))
 
 
-# in one compiled program where greedy's settings are not scored in numpy (local.eager; called op by op,
-# the same functions compiled some thirty one-op programs: about 0.8 s of a cold search); a new process
-# with the persistent cache loads it: tracing it took 0.04 s (cache.Exported)
+# one compiled program where greedy's inputs are not computed in numpy (score.eager): called op by
+# op, the same functions would compile some thirty one-operation programs
 _inputs = jit(_inputs_of, export=True)
 
 
 def greedy_plan(system: System, model: RankingModel) -> Plan:
-    """TorchRec-style greedy planning (module docstring). On a small instance (local.eager) its inputs
+    """TorchRec-style greedy planning (module docstring). On a small instance (score.eager) its inputs
     and its settings are computed in numpy, with no program to compile."""
-    from .local import eager
     fast = eager(system, model)
     tb = model.tables
     D, L = system.num_chips, system.domain_size
@@ -121,10 +120,9 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
         else:
             spread.append(i)
     # When they and the tables packed below do not fit in HBM on average, they share it at one cache
-    # ratio, leaving those tables their even share and room for the largest of them whole (each used
-    # to take what was left in turn, and hstu-seq on h100-8 then failed: its 0.26-GB table found "no
-    # device with room"). Where even that leaves them under 1 %, each takes what is left in turn, as
-    # before, and the packer caches the rest.
+    # ratio, leaving those tables their even share and room for the largest of them whole (taking
+    # what is left in turn, the last ones would leave no device with room for a small table). Where
+    # even that leaves them under 1 %, each takes what is left in turn, and the packer caches the rest.
     small_sizes = size[~dp & ~big]
     shares, free, even = size[spread] / D, budget - used.max(), small_sizes.sum() / D
     common = 1.0
@@ -187,15 +185,13 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     """Keep the table placement; choose dense parallelism, collective algorithms, gradient buckets
     and overlap chunks by evaluating every combination in one vmapped call (fastest feasible wins,
     first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy
-    (local.score_pairs)."""
+    (score.score_pairs)."""
     candidates = []
     for dense, ar, a2a, buckets, chunks in itertools.product(
             DENSE_MODES, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
-    from .local import INFEASIBLE, score_settings
-    # the same tables in all
     scores = score_settings(system, model, candidates, plan_arrays(base, system, model), eager=eager)
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base

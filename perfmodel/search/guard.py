@@ -26,6 +26,7 @@ roundings are scored and descended with it).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -36,8 +37,10 @@ import numpy as np
 from ..cache import jit
 from ..config import ConfigError, Num, check_number, read_file
 from ..hardware import System, _pytree, static
-from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, plan_arrays
+from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, plan_arrays
 from ..workload import RankingModel
+from .pack import rebalance
+from .relax import cw_options
 
 UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
 MAX_S = 1e6              # seconds: the largest cost or cap a guard takes (assumed: no step costs 11 days)
@@ -116,7 +119,6 @@ class ShardCosts:
 
     def with_cap(self, cap_s: float) -> ShardCosts:
         """The same costs under another cap (seconds)."""
-        import dataclasses
         return dataclasses.replace(self, cap=np.float32(cap_s))
 
     def priced(self) -> np.ndarray:
@@ -149,7 +151,7 @@ class ShardCosts:
 
     def device_loads(self, plan: Plan, system: System, model: RankingModel) -> np.ndarray:
         """[D] each device's sum of its shards' costs under a discrete Plan, seconds (one compiled
-        program: op by op, loads' twenty operations took 0.5 s the first time)."""
+        program rather than one per operation)."""
         return np.asarray(_plan_loads(self, plan_arrays(plan, system, model), system.domain_size))
 
     def value(self, plan: Plan, system: System, model: RankingModel) -> float:
@@ -160,21 +162,15 @@ class ShardCosts:
 _plan_loads = jit(ShardCosts.loads, static_argnums=2, quick=True)
 
 
-def packed_start(ls, plan: Plan) -> Plan:
+def packed_start(p, plan: Plan) -> Plan:
     """A start within the guard's cap where one is easy to find: every table the search may place
     table-wise made table-wise, or, when its cost exceeds the mean device's share of all tables'
     table-wise costs (a shard that alone would exceed it), column-wise in the fewest shards that
     each fit that share (the largest count otherwise); then packed on the guard's costs, heaviest
     shard first onto the device of least sum (pack.rebalance with the guard), memory permitting.
     Other choices are `plan`'s. Planners that price a plan this way reach their figure so (TorchRec's
-    packs on its estimate); the descent then lowers the step within the cap. ls: the LocalSearch."""
-    import dataclasses
-
-    from ..plan import TablePlan
-    from .pack import rebalance
-    from .relax import cw_options
-
-    guard, system, model, masks = ls.guard, ls.system, ls.model, ls.masks
+    packs on its estimate); the descent then lowers the step within the cap. p: the search Problem."""
+    guard, system, model, masks = p.guard, p.system, p.model, p.masks
     names, D = model.tables.names, system.num_chips
     tw, cw = np.asarray(guard.tw, np.float64), np.asarray(guard.cw, np.float64)
     ok = np.asarray(masks.types) > -1
@@ -189,7 +185,7 @@ def packed_start(ls, plan: Plan) -> Plan:
             k = fits[0] if fits else ks[int(np.argmin(cw[t, ks]))]
             tables[n] = TablePlan("column_wise", list(range(k)))
     typed = dataclasses.replace(plan, tables=tables)
-    return rebalance(system, model, typed, ls.details(typed)[2], guard=guard)
+    return rebalance(system, model, typed, p.details(typed)[2], guard=guard)
 
 
 def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:

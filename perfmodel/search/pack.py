@@ -31,17 +31,8 @@ from ..hardware import System
 from ..plan import Plan
 from ..workload import RankingModel
 
-_table_seconds = jit(table_seconds, export=True)   # one program, not some fifteen op-by-op compiles (~0.4 s); a new process loads it
+_table_seconds = jit(table_seconds, export=True)   # one program, not some fifteen op-by-op compiles
 HEADROOM = 0.9         # fraction of HBM left for embeddings that the packer may fill
-
-
-def load_packer(system: System, model: RankingModel) -> bool:
-    """Load rebalance's program when its executable is kept on disk (cache.Exported.ready), without
-    running it; True when loaded. The search does this in its loading thread, after the batch scorer:
-    in a new process its load (10 ms) was on the start's path, after greedy."""
-    T = model.tables.count
-    arg = jax.ShapeDtypeStruct((T,), np.float32)
-    return _table_seconds.ready(system.chip, model, arg, arg, kept_only=True)
 
 
 def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.ndarray, guard=None) -> Plan:
@@ -53,7 +44,7 @@ def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.
     least sum (longest-processing-time, as TorchRec's planner packs on its estimate), the other
     tables' costs counted where they are: its cap is hard, the other resources are the descent's."""
     # the tables' fields as numpy arrays (the same dtypes and values): the arithmetic below on jax
-    # arrays compiled one program per op, 0.2 s of a cold search (from the persistent cache, 0.03 s)
+    # arrays would compile one program per operation
     tb = jax.tree_util.tree_map(np.asarray, model.tables)
     D = system.num_chips
     names = tb.names

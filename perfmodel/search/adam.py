@@ -1,4 +1,4 @@
-"""Gradient search over relaxed plans (optax), many restarts in one vmapped batch.
+"""Adam over relaxed plans (optax), many restarts in one vmapped batch.
 
 Objective per restart: the relaxed step time (smooth max at a fixed relative temperature) plus a
 memory penalty  lambda x step x sum_d relu(mem_d / cap - 1),  with the softmax temperature of every
@@ -7,8 +7,6 @@ One restart starts from the greedy plan (its choices as logits), the others at r
 """
 
 from __future__ import annotations
-
-import time
 
 import jax
 import jax.numpy as jnp
@@ -76,20 +74,13 @@ def _step_fn(params, state, system, model, masks, tau):
     return optax.apply_updates(params, updates), state, val, nonfinite
 
 
-# Compiled once per problem shape (module level). The step's compile is most of a cold search's:
-# on a small instance, with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS), it compiles in
-# 2.3-3.7 s instead of 6.0-9.3 s (two runs of bench_compile) and runs 1.4-2.5x slower, which 150
-# steps pay back many times (MLPerf on h100-16: 1.8 vs 0.8 ms a step; rec-150b on mtia300-64: 6.8
-# vs 2.8 ms). On a large one the run costs about what the compile saves (prod-856 on mtia300-256: 31
-# vs 19 ms a step, 2.8 vs 7.0 s to compile): optimized. benchmarks/bench_compile.py measures both.
+# A small instance's step compiles with LLVM's optimizations off (cache.QUICK_COMPILE_OPTIONS): it
+# compiles several times faster and runs 1.4-2.5x slower, which its few hundred steps pay back; a
+# large one's run costs about what the compile saves, so it compiles optimized
+# (benchmarks/bench_compile.py measures both). Both keep XLA's YNNPACK fusions, which run the step
+# faster, and with which Adam's first step does not move logits whose gradient is at rounding level
 QUICK_STEP_CELLS = 8 * 65536     # restarts x tables x devices up to which the step compiles quick
-# Both steps keep XLA's YNNPACK fusions (cache.compile_options): the optimized one runs 9.1 ms a step
-# with them on prod-856 / mtia300-256, 13.3 without, and compiles in 6.3 s instead of 6.9; the quick
-# one runs 5 % faster with them. Their kernels, built at the first call (30-70 ms), do not count beside
-# 150 steps (bench_compile). And the relaxed search's numbers stay as they were: without them, Adam's
-# first step moved logits whose gradient is at rounding level the other way (3 % of the largest logit
-# on MLPerf / h100-64)
-_step = jit(_step_fn, export=True, library_fusions=True)   # with the persistent cache on, a new process loads its traced program
+_step = jit(_step_fn, export=True, library_fusions=True)
 _step_quick = jit(_step_fn, quick=True, export=True, library_fusions=True)
 
 
@@ -120,52 +111,13 @@ def _init_state(params):
     return jax.vmap(_OPT.init)(params)
 
 
-def is_compiled(restarts: int, system: System, model: RankingModel) -> bool:
-    """Whether the step for this problem shape (and number of restarts) is compiled in this process."""
-    return _cache_key(restarts, system, model) in _STEP_SECONDS
+def step_of(restarts: int, system: System, model: RankingModel):
+    """A function (params, state, tau) -> (params, state, losses, non-finite gradient entries): one
+    Adam step of every restart, compiled for this problem's size."""
+    step = step_for(restarts, system, model)
+    return lambda params, state, masks, tau: step(params, state, system, model, masks, jnp.float32(tau))
 
 
-def step_seconds(restarts: int, system: System, model: RankingModel) -> float | None:
-    """Wall seconds of one step of this problem shape, as last measured in this process (None: never
-    run past its first step)."""
-    return _STEP_SECONDS.get(_cache_key(restarts, system, model))
-
-
-_STEP_SECONDS: dict = {}    # problem shapes run in this process -> seconds per step (None until measured)
-
-
-def _cache_key(restarts, system, model):
-    return (restarts, jax.tree_util.tree_structure((system, model)),
-            tuple(x.shape for x in jax.tree_util.tree_leaves((system, model))))
-
-
-def run(step, params, state, system: System, model: RankingModel, masks: Masks, *, steps: int, deadline: float,
-        tau0: float = 1.0, tau_end: float = 0.005):
-    """Anneal tau geometrically from tau0 to tau_end over `steps` steps (or until the deadline).
-    Returns the params, the last losses, the steps taken and the gradient entries, summed over the
-    steps, that were not finite (zeroed by the step: a bug in the model's derivative, if ever > 0)."""
-    v, taken, nonfinite = None, 0, []
-    key = _cache_key(jax.tree_util.tree_leaves(params)[0].shape[0], system, model)
-    _STEP_SECONDS.setdefault(key, None)
-    for i in range(steps):
-        tau = tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))
-        params, state, v, bad = step(params, state, system, model, masks, jnp.float32(tau))
-        nonfinite.append(bad)
-        taken = i + 1
-        if i == 0:                           # compiled (when it was not) and run: the clock starts
-            jax.block_until_ready(v)
-            t1 = time.time()
-        if time.time() > deadline:
-            break
-    v = np.asarray(v)
-    if taken > 1:
-        _STEP_SECONDS[key] = (time.time() - t1) / (taken - 1)
-    return params, v, taken, int(sum(np.asarray(b) for b in nonfinite))
-
-
-def gradient_search(system: System, model: RankingModel, masks: Masks, *, seed: int, restarts: int,
-                    steps: int, warm: Plan | None, deadline: float) -> tuple[SoftParams, np.ndarray, int, int]:
-    """Optimize `restarts` relaxed plans at once. Returns the final params (leading restart axis),
-    the final relaxed losses, the number of steps taken and of non-finite gradient entries (run)."""
-    params, state = prepare(system, model, seed=seed, restarts=restarts, warm=warm)
-    return run(step_for(restarts, system, model), params, state, system, model, masks, steps=steps, deadline=deadline)
+def temperature(i: int, steps: int, tau0: float = 1.0, tau_end: float = 0.005) -> float:
+    """The softmax temperature of step i of `steps`: annealed geometrically from tau0 to tau_end."""
+    return tau0 * (tau_end / tau0) ** (i / max(steps - 1, 1))

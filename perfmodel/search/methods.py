@@ -1,0 +1,75 @@
+"""The search methods behind one protocol (driver.Method): greedy and exact take one pass at init;
+random and evolutionary a batch or a generation a round; gradient a chain of phases (pipeline.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..evaluate import evaluate
+from ..plan import Plan, to_arrays
+from .baselines import Evolutionary, Random
+from .exact import exact_plan
+from .greedy import greedy_plan
+from .pipeline import Gradient, Options
+
+METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
+SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent
+
+
+@dataclass(frozen=True)
+class OnePass:
+    plan: Plan
+    score: float
+    notes: dict = field(default_factory=dict)
+    done: bool = True
+
+
+class Greedy:
+    """TorchRec-style greedy planning (greedy.py), or the given start as it is."""
+
+    name = "greedy"
+
+    def __init__(self, start: Plan | None = None):
+        self.start = start
+
+    def init(self, p, seed, budget) -> OnePass:
+        plan = self.start if self.start is not None else greedy_plan(p.system, p.model)
+        return OnePass(plan, float(evaluate(p.system, p.model, plan).step_s))
+
+    def step(self, p, s, budget):
+        return s
+
+    def best(self, s: OnePass):
+        return s.plan, s.score
+
+    def phase(self, s) -> str:
+        return self.name
+
+    def notes(self, s: OnePass) -> dict:
+        return dict(s.notes)
+
+
+class Exact(Greedy):
+    """The MILP optimum of the table-placement subproblem around the start (exact.py)."""
+
+    name = "exact"
+
+    def init(self, p, seed, budget) -> OnePass:
+        start = self.start if self.start is not None else greedy_plan(p.system, p.model)
+        plan, info = exact_plan(p.system, p.model, start)
+        return OnePass(plan, info["hard_step_s"], {"milp": info})
+
+
+def method(name: str, start: Plan | None, options: Options, problem) -> object:
+    """The method called `name`, for a search from `start` (None: greedy's plan)."""
+    if name == "gradient":
+        return Gradient(options)
+    if name == "greedy":
+        return Greedy(start)
+    if name == "exact":
+        return Exact(start)
+    if name == "random":
+        return Random()
+    seeds = [to_arrays(start if start is not None else greedy_plan(problem.system, problem.model),
+                       problem.system, problem.model)]
+    return Evolutionary(seeds)

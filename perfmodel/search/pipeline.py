@@ -1,0 +1,286 @@
+"""The gradient method: a chain of three phases over one explicit state.
+
+  start    greedy's plan (or the given start), or its multi-resource repacking (pack.py) when that
+           scores better (with a guard, also a start packed on the guard's costs); on a large
+           instance its best compound move when that leads by COMPOUND_LEAD; on a small one a race
+           (race.py) of the start's descent and its best compound move's. Half the rounds left.
+  relaxed  batches of relaxed restarts (relax.py, adam.py: every choice a masked softmax at an
+           annealed temperature, Adam on all restarts in one vmapped step; a batch's `steps` steps
+           are one round, its rounding another), each restart rounded
+           (argmax, and argmax repacked), the FINALISTS best roundings raced with half the rounds
+           left (the start's descent joins the first race when it had not stopped); batches from
+           other seeds, restart 0 warm from the best plan, while a batch takes at most half the
+           rounds left, up to `batches`; none that would leave its finalists no round each.
+  kicks    iterated local search: the best plan kicked (a few seeded random table moves) and
+           descended, kept when better; `planned` kicks.
+
+Gradient information enters twice, each switched by an option for the ablation: the relaxed phase
+(relaxed=False skips it), and first-order ranking of a large instance's moves (rank=False: the
+moves off the hot devices instead; descent.py). Every phase advances a round per step, and every
+allocation is a share of the rounds left, so the plan is a function of the problem, the seed and
+the iterations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from ..plan import Plan, stack
+from . import adam
+from . import descent as ds
+from . import moves as mv
+from . import race as rc
+from .compound import group_moves, pick_compound
+from .greedy import greedy_plan
+from .guard import packed_start
+from .pack import rebalance
+from .problem import Problem
+from .relax import round_params
+
+FINALISTS = 4          # rounded restarts raced
+RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
+COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
+KICK_WORK = 65536      # iterated-local-search kicks: 65,536 / (tables x devices), between 2 and 30
+
+
+@dataclass(frozen=True)
+class Options:
+    restarts: int = 8
+    steps: int = 150                 # Adam steps per relaxed batch
+    batches: int = RELAXED_BATCHES
+    relaxed: bool = True             # run the relaxed phase
+    rank: bool = True                # first-order ranked moves on large instances
+    start: Plan | None = None        # the plan to refine (default: greedy's)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A relaxed batch in flight: its parameters and optimizer state, the steps taken."""
+
+    params: object
+    opt: object
+    taken: int = 0                   # Adam steps taken (all of them in one round)
+    nonfinite: tuple = ()            # per step, the gradient entries that were not finite
+
+
+@dataclass(frozen=True)
+class State:
+    phase: str
+    best_plan: Plan
+    best: float
+    greedy: Plan
+    seed: int = 0
+    race: rc.Race | None = None
+    incumbent: bool = False          # the start's descent had not stopped: it joins the first race
+    early: tuple = (None, float("inf"))   # a small instance's greedy compound move, scored in numpy
+    batch: Batch | None = None
+    batches: int = 0                 # relaxed batches begun
+    batch_began: int = 0             # the round (budget.used) at which the last batch began
+    kick: ds.Descent | None = None
+    kicks: int = 0
+    planned: int = 0
+    notes: dict = field(default_factory=dict)
+    done: bool = False
+
+
+def _better(s: State, plan: Plan, score: float) -> State:
+    return dataclasses.replace(s, best_plan=plan, best=score) if score < s.best * ds.LOWER else s
+
+
+def _half(budget) -> int | None:
+    left = budget.left()
+    return None if left is None else max(left // 2, 1)
+
+
+class Gradient:
+    """The gradient method (module docstring) under the driver's protocol."""
+
+    name = "gradient"
+
+    def __init__(self, options: Options = Options()):
+        self.o = options
+
+    # ------------------------------------------------------------------ start
+    def init(self, p: Problem, seed: int, budget) -> State:
+        """Greedy's plan (or the start); on a small instance also its best compound move, both
+        scored in numpy (score.eager), so that they are held before any program is compiled."""
+        greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model)
+        s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed,
+                  planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)))
+        if not p.eager:
+            return s
+        g_step, g_tie = (float(x) for x in p.pairs(stack([p.arrays(greedy)]), True)[:, 0])
+        early = _compound(p, greedy, g_step, g_tie)
+        s = dataclasses.replace(s, best=g_step, early=early)
+        return _better(s, *early) if early[0] is not None else s
+
+    def _setup(self, p: Problem, s: State, budget) -> State:
+        """The start's race: its starts scored by the compiled scorer (module docstring)."""
+        greedy, early = s.greedy, s.early
+        tie, _, memory, _, _, greedy_score = p.details(greedy)
+        greedy_score = float(greedy_score)
+        start, start_tie, start_step, name = greedy, float(tie), greedy_score, "greedy"
+        packed = rebalance(p.system, p.model, greedy, memory)
+        if packed is not greedy:
+            packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
+            if packed_tie < start_tie:
+                start, start_tie, start_step, name = packed, packed_tie, packed_step, "repacked"
+        if p.guard is not None:     # a start within the guard's cap, packed on its costs
+            within = packed_start(p, greedy)
+            within_tie, within_step = (float(x) for x in p.details(within)[::5])
+            if within_tie < start_tie:
+                start, start_tie, start_step, name = within, within_tie, within_step, "packed on the guard's costs"
+        if not p.exhaustive:        # no rounds to race two basins: the compound move when it leads
+            (_, ties), group = group_moves(p, start, p.arrays(start))
+            k = leading(ties, start_tie)
+            if k is not None:
+                start, name = group(k), name + ", compound move"
+                start_step = float(p.details(start)[5])
+            plans, steps = [start], [start_step]
+        else:                       # two basins: the start's and its best compound move's (or greedy's)
+            compound, compound_step = _compound(p, start, start_step, start_tie) if start is not greedy else early
+            if early[0] is not None and early[1] < compound_step:
+                compound, compound_step = early
+            plans, steps = [start] + ([compound] if compound is not None else []), [start_step, compound_step]
+        race = rc.start(plans, steps, allowance=_half(budget), rank=self.o.rank)
+        s = dataclasses.replace(s, race=race, best_plan=greedy, best=greedy_score, notes={"start": name})
+        return _better(s, *race.best[:2])
+
+    # ------------------------------------------------------------------ the chain
+    def step(self, p: Problem, s: State, budget) -> State:
+        if s.phase == "start":
+            return self._start(p, s, budget)
+        if s.phase == "relaxed":
+            return self._relaxed(p, s, budget)
+        return self._kicks(p, s, budget)
+
+    def _start(self, p, s, budget) -> State:
+        if s.race is None:
+            return self._setup(p, s, budget)
+        race = rc.step(p, s.race)
+        s = _better(dataclasses.replace(s, race=race), *race.best[:2])
+        if not race.done:
+            return s
+        plan, score, origin = race.best
+        notes = dict(s.notes, start=s.notes["start"] + (", compound move" if origin == 1 and p.exhaustive else ""),
+                     refined_start_s=score)
+        s = dataclasses.replace(s, notes=notes, incumbent=_unfinished(race))
+        return self._begin_relaxed(p, s, budget) if self.o.relaxed else self._begin_kicks(p, s)
+
+    def _begin_relaxed(self, p, s, budget) -> State:
+        left = budget.left()
+        # a batch that would leave its finalists no round each to descend is not begun
+        if s.batches >= self.o.batches or (left is not None and left < FINALISTS + 2):
+            return self._begin_kicks(p, s)
+        entropy = s.seed if s.batches == 0 else [s.seed, s.batches]
+        warm = s.greedy if s.batches == 0 else s.best_plan
+        params, opt = adam.prepare(p.system, p.model, seed=entropy, restarts=self.o.restarts, warm=warm)
+        return dataclasses.replace(s, phase="relaxed", batch=Batch(params, opt), batches=s.batches + 1,
+                                   batch_began=budget.used, race=None)
+
+    def _relaxed(self, p, s, budget) -> State:
+        b = s.batch
+        if b is not None and b.taken < self.o.steps:           # the Adam steps of every restart: one round
+            step = adam.step_of(self.o.restarts, p.system, p.model)
+            params, opt, bad = b.params, b.opt, []
+            for i in range(self.o.steps):
+                params, opt, _, nonfinite = step(params, opt, p.masks, adam.temperature(i, self.o.steps))
+                bad.append(nonfinite)
+            return dataclasses.replace(s, batch=Batch(params, opt, self.o.steps, tuple(bad)))
+        if b is not None:                                      # round, score, race the finalists
+            notes = dict(s.notes)
+            notes["gradient_steps"] = notes.get("gradient_steps", 0) + b.taken
+            nonfinite = int(sum(int(x) for x in b.nonfinite))
+            if nonfinite:           # a bug in the model's derivative, if ever > 0: said, not hidden
+                notes["nonfinite_gradient_entries"] = notes.get("nonfinite_gradient_entries", 0) + nonfinite
+            candidates = roundings(b.params, p, s.greedy)
+            scores = p.scores_of(candidates)
+            finalists = [candidates[int(i)] for i in np.argsort(scores, kind="stable")[:FINALISTS]]
+            if not s.incumbent:
+                race = rc.start(finalists, allowance=_half(budget), rank=self.o.rank)
+            else:                   # the start's descent, still going, races them with all the rounds left
+                race = rc.start([s.best_plan] + finalists, [s.best], allowance=budget.left(), rank=self.o.rank)
+            return dataclasses.replace(s, batch=None, race=race, notes=notes, incumbent=False)
+        race = rc.step(p, s.race)
+        s = _better(dataclasses.replace(s, race=race), *race.best[:2])
+        if not race.done:
+            return s
+        left, took = budget.left(), budget.used - s.batch_began
+        if left is None or took <= 0.5 * left:
+            return self._begin_relaxed(p, s, budget)
+        return self._begin_kicks(p, s)
+
+    # ------------------------------------------------------------------ kicks
+    def _begin_kicks(self, p, s) -> State:
+        s = dataclasses.replace(s, phase="kicks", race=None, batch=None, notes=dict(s.notes, relaxed_batches=s.batches))
+        return self._next_kick(p, s)
+
+    def _next_kick(self, p, s) -> State:
+        if s.kicks >= s.planned:
+            return dataclasses.replace(s, kick=None, done=True, notes=dict(s.notes, kicks=s.kicks))
+        rng = np.random.default_rng([s.seed, s.kicks])
+        d = ds.start(p, mv.kick(p, s.best_plan, rng), rank=self.o.rank)
+        return dataclasses.replace(s, kick=d, kicks=s.kicks + 1)
+
+    def _kicks(self, p, s, budget) -> State:
+        d = ds.descend(p, s.kick)
+        s = dataclasses.replace(s, kick=d)
+        if not d.done:
+            return s
+        return self._next_kick(p, _better(s, *d.best))
+
+    # ------------------------------------------------------------------ protocol
+    def best(self, s: State):
+        return s.best_plan, s.best
+
+    def phase(self, s: State) -> str:
+        return s.phase
+
+    def notes(self, s: State) -> dict:
+        out = dict(s.notes)
+        out.setdefault("kicks", s.kicks)
+        out.setdefault("relaxed_batches", s.batches)
+        out.setdefault("gradient_steps", 0)
+        return out
+
+
+def _unfinished(race: rc.Race) -> bool:
+    """Whether the race winner's descent had not stopped on its own (it joins the next race)."""
+    e = min(race.field, key=lambda e: e.score)
+    return e.descent is not None and not e.stopped
+
+
+def leading(ties: np.ndarray, start_tie: float) -> int | None:
+    """The compound move a large instance starts from: the least tie-broken one when it is
+    COMPOUND_LEAD below the start's (a move that barely helps is left to the descent, which tries
+    compound moves when single moves stall); None otherwise."""
+    if not len(ties):
+        return None
+    k = int(np.argmin(ties))
+    return k if ties[k] < (1.0 - COMPOUND_LEAD) * start_tie else None
+
+
+def _compound(p: Problem, start: Plan, start_step: float, start_tie: float) -> tuple[Plan | None, float]:
+    """A small instance's second basin: `start`'s compound move of least step time when below
+    start_step, else its least tie-broken one when below start_tie (as a descent takes them), and
+    its step time; (None, inf) when neither is lower. Scored in numpy when p.eager."""
+    (hard, tie), group = group_moves(p, start, p.arrays(start), eager=p.eager)
+    k = pick_compound(hard, tie, start_step * ds.LOWER, start_tie)
+    return (group(k), float(hard[k])) if k is not None else (None, float("inf"))
+
+
+def roundings(params, p: Problem, base: Plan) -> list[Plan]:
+    """Discrete plans from relaxed restarts (leading axis of `params`): each restart's argmax
+    rounding, then each again with its table-wise / column-wise shards repacked over resources
+    (pack.rebalance): argmax rounding keeps the relaxation's sharding types and settings but not its
+    balance (a table spread over many devices lands whole on one). Frozen settings stay `base`'s."""
+    params = jax.tree_util.tree_map(np.asarray, params)    # sliced in numpy: no op-by-op compile per restart
+    n = jax.tree_util.tree_leaves(params)[0].shape[0]
+    settings_of = p.with_settings_of(base)
+    rounded = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), p.masks, p.system, p.model))
+               for r in range(n)]
+    return rounded + [rebalance(p.system, p.model, q, p.details(q)[2]) for q in rounded]

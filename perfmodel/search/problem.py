@@ -1,0 +1,190 @@
+"""The search problem: what every phase of a search reads and nothing changes once it is built.
+
+A Problem holds the system, the model, the allowed choices (relax.Masks), a guard (guard.ShardCosts)
+and whether the settings are frozen, the table orders and weights the moves use, and the scorers
+bound to them. It has no mutable state: a search's state lives in the phases' own state values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from ..cost.arrays import as_numpy
+from ..hardware import System
+from ..plan import CW, DP, TWRW, Plan, plan_arrays, stack
+from ..workload import RankingModel
+from . import score as sc
+from .relax import Masks, cw_options
+
+GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
+CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
+SPLIT_WIDTHS = (2, 4, 8)   # column-wise splits: shards per table, on aligned blocks
+SPLIT_TWRW = 4        # ... with up to this many of the heaviest other tables table-row-wise
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    system: System
+    model: RankingModel
+    masks: Masks
+    guard: object = None                 # guard.ShardCosts: plans over its cap score as infeasible
+    freeze_settings: bool = False
+    max_batch: int = 0                   # plans per scoring call (0: score.batch_size)
+    # derived in __post_init__
+    T: int = field(init=False)
+    D: int = field(init=False)
+    L: int = field(init=False)
+    H: int = field(init=False)
+    exhaustive: bool = field(init=False)     # every move tried (score.is_exhaustive)
+    in_program: bool = field(init=False)     # compound moves and setting changes built in a program
+    eager: bool = field(init=False)          # the start scored in numpy (score.eager)
+    cw_moves: list = field(init=False)       # per table, the column-wise shard counts a move may use
+    weight: np.ndarray = field(init=False)   # per table, the bytes per sample it moves
+    small: np.ndarray = field(init=False)    # tables smallest first (bytes)
+    heavy: np.ndarray = field(init=False)    # tables heaviest first (weight)
+    replicated: np.ndarray = field(init=False)   # [K, T] the splits' data-parallel tables
+    splits: tuple = field(init=False)            # the column-wise splits (_column_splits)
+    numpy_problem: tuple = field(init=False)     # (system, model) with numpy leaves
+
+    def __post_init__(self):
+        system, model = self.system, self.model
+        T, D = model.tables.count, system.num_chips
+        put = lambda k, v: object.__setattr__(self, k, v)
+        put("T", T), put("D", D), put("L", system.domain_size), put("H", D // system.domain_size)
+        put("max_batch", self.max_batch or sc.batch_size(system, model))
+        put("exhaustive", sc.is_exhaustive(system, model))
+        put("in_program", sc.in_program(system, model))
+        put("eager", sc.eager(system, model, self.guard))
+        dims = np.asarray(model.tables.dim).astype(int)
+        put("cw_moves", [[k for k in cw_options(int(d), D) if k <= CW_MOVE_SHARDS] for d in dims])
+        # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
+        # arithmetic runs in numpy rather than as one compiled program per jax operation
+        tb = jax.tree_util.tree_map(np.asarray, model.tables)
+        put("weight", np.asarray(tb.output_per_sample() * tb.dim * 4.0 + tb.pooling * tb.index_bytes, np.float64))
+        put("small", np.argsort(np.asarray(tb.rows * tb.bytes_per_row(), np.float64), kind="stable"))
+        put("heavy", np.argsort(-self.weight, kind="stable"))
+        put("replicated", _replicated(self))
+        put("splits", _column_splits(self))
+        put("numpy_problem", (as_numpy(system), as_numpy(model)))
+
+    @property
+    def allowed(self) -> np.ndarray:
+        """[T, 5] whether each table may take each sharding type."""
+        return np.asarray(self.masks.types) > -1
+
+    # ------------------------------------------------------------------ scoring
+    def arrays(self, plan: Plan, tables=None):
+        return plan_arrays(plan, self.system, self.model, tables)
+
+    def details_of(self, pa) -> tuple[np.ndarray, ...]:
+        """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
+        plan's arrays."""
+        return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard)[:6])
+
+    def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
+        return self.details_of(self.arrays(plan))
+
+    def score(self, pa) -> float:
+        """Tie-broken score of a plan's arrays."""
+        return float(sc.details(self.system, self.model, pa, self.guard)[0])
+
+    def breakdown(self, plan: Plan):
+        """The plan's Breakdown, as evaluate() gives it (from the compiled program the search uses)."""
+        return sc.details(self.system, self.model, self.arrays(plan), self.guard)[6]
+
+    def pairs(self, batch, eager: bool = False) -> np.ndarray:
+        """[2, n] hard and tie-broken scores of a batch under this problem's guard; eager: in numpy."""
+        problem = self.numpy_problem if eager else (self.system, self.model)
+        return sc.score_pairs(*problem, batch, self.guard, eager)
+
+    def scores(self, batch) -> np.ndarray:
+        """Tie-broken scores of a batch of plan arrays."""
+        return self.pairs(batch)[1]
+
+    def scores_of(self, plans: list[Plan]) -> np.ndarray:
+        """Tie-broken scores of a list of Plans, in one batch."""
+        return self.scores(stack([self.arrays(p) for p in plans]))
+
+    def with_settings_of(self, base: Plan):
+        """plan -> plan with `base`'s settings when the settings are frozen (else as it is)."""
+        if not self.freeze_settings:
+            return lambda p: p
+        return lambda p: dataclasses.replace(base, tables=p.tables)
+
+
+def _replicated(p: Problem) -> np.ndarray:
+    """The splits' data-parallel tables [K, T]: the k smallest that may be, for k = 0, 1, ...,
+    limit (T on a small instance, GROUP_MAX on a large one), then growing by half (more replicas
+    than GROUP_MAX pay on instances of hundreds of tables)."""
+    limit = p.T if p.exhaustive else GROUP_MAX
+    dp = p.small[p.allowed[p.small, DP]]
+    ks, k = list(range(0, min(len(dp), limit) + 1)), limit
+    while k < len(dp):
+        k = min(len(dp), int(k * 1.5))
+        ks.append(k)
+    rank = np.full(p.T, p.T + 1)
+    rank[dp] = np.arange(len(dp))
+    return rank[None, :] < np.asarray(ks)[:, None]
+
+
+def fill(order, on, weight, load) -> np.ndarray:
+    """Bins for the tables, in `order`, where on [K, T] is set: each to the least-loaded bin of its
+    row of load [K, B] (ties to the first), which it then loads by its weight (load is updated). The
+    bin per row and table [K, T] (0 where not on)."""
+    K = len(load)
+    rows, out = np.arange(K), np.zeros((K, len(weight)), int)
+    for t in order:
+        here = on[:, t]
+        if here.any():
+            b = np.argmin(load, axis=1)
+            out[here, t] = b[here]
+            load[rows[here], b[here]] += weight[t]
+    return out
+
+
+def _column_splits(p: Problem) -> tuple[np.ndarray, ...]:
+    """Column-wise splits, which do not depend on the plan (small instances only): for each width c
+    of SPLIT_WIDTHS that divides a scale-up domain, each n = 0 ... SPLIT_TWRW and each replica count
+    k of the splits (Problem.replicated), the k smallest tables data-parallel, the n heaviest of the
+    others table-row-wise (domains least-loaded first), and every other table column-wise in c
+    shards on an aligned block of c devices inside a domain (blocks least-loaded first, heaviest
+    table first; a domain's table-row-wise load shared by its blocks; a table that cannot be split
+    in c stays as in the plan). Each device then holds a shard of every table-row-wise table of its
+    domain and of the column-wise tables of its block only, where single moves place column-wise
+    shards one table at a time. As (types, first device or domain, changed) [moves, T] and the
+    width [moves]."""
+    T, D, L, H = p.T, p.D, p.L, p.H
+    empty = np.zeros((0, T), int), np.zeros((0, T), int), np.zeros((0, T), bool), np.zeros(0, int)
+    if not p.exhaustive:
+        return empty
+    heavy, replicated, ok = p.heavy, p.replicated, p.allowed
+    K, out = len(replicated), []
+    for c in (c for c in SPLIT_WIDTHS if c <= min(L, D) and L % c == 0):
+        fits = ok[:, CW] & np.asarray([c in k for k in p.cw_moves])
+        if not fits.any():
+            continue
+        for n in range(SPLIT_TWRW + 1 if H > 1 else 1):
+            left = ~replicated
+            rank = np.cumsum((left & ok[:, TWRW])[:, heavy], axis=1)            # [K, T] in heavy order
+            twrw = np.zeros_like(left)
+            twrw[:, heavy] = (left & ok[:, TWRW])[:, heavy] & (rank <= n)
+            dom_load = np.zeros((K, H))
+            doms = fill(heavy, twrw, p.weight, dom_load)
+            blocks = np.repeat(dom_load / (L // c), L // c, axis=1)              # [K, D / c]
+            cw = left & ~twrw & fits[None, :]
+            first = fill(heavy, cw, p.weight, blocks) * c
+            types = np.where(replicated, DP, np.where(twrw, TWRW, CW))
+            out.append((types, np.where(twrw, doms, first), replicated | twrw | cw, np.full(K, c)))
+    if not out:
+        return empty
+    types, doms, changed, width = (np.concatenate(x) for x in zip(*out))
+    # the same split from several (c, n) (n past the tables left): once; one with no column-wise
+    # table (every table replicated) is another split's
+    key = np.concatenate([np.where(changed, types, -1), np.where(changed, doms, -1), width[:, None]], axis=1)
+    once = np.sort(np.unique(key, axis=0, return_index=True)[1])
+    once = once[(changed & (types == CW))[once].any(axis=1)]
+    return types[once], doms[once], changed[once], width[once]

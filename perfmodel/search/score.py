@@ -1,0 +1,204 @@
+"""How the discrete search rates a plan: its score, its tie-broken score, and the batched scorers.
+
+Scores are lexicographic: a feasible plan scores its step time; an infeasible one INFEASIBLE x (1 +
+memory over capacity), so any feasible plan beats any infeasible one and, among infeasible ones,
+less memory over capacity wins. The step is a max over devices: when several devices share the max
+of a resource, no single move lowers it and a local search would stop on the plateau. The
+tie-broken score multiplies the score by 1 + TIE x sum over resources of the smooth max over
+devices of load / mean load, which still falls when one of the tied devices is relieved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..cache import jit
+from ..cost.arrays import as_numpy, xp_of
+from ..cost.smooth import logsumexp
+from ..evaluate import _step_model
+from ..hardware import System
+from ..plan import PlanArrays, settings_arrays
+from ..workload import RankingModel
+
+INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
+TIE = 1e-3            # weight of the resource spread in the tie-broken score
+TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
+EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "small" instance)
+# A batch of compound moves or setting changes whose table arrays take more than this is built in a
+# compiled program from the moves' types or the settings alone, a smaller one in numpy: numpy arrays
+# over 32 MB (glibc's largest mmap threshold) are fresh pages each time they are made
+PROGRAM_BATCH_BYTES = 32 << 20
+
+
+def score_of(bd, over_guard=None):
+    """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity
+    + over_guard: how far over a guard's cap, guard.ShardCosts.over)."""
+    xp = xp_of(bd.memory_bytes)
+    over = xp.sum(xp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0), axis=-1) / bd.capacity_bytes
+    if over_guard is None:
+        return xp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
+    return jnp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
+
+
+def loads(bd, emb):
+    """[R, D] per device, every resource whose max over devices can bind the step: compute busy,
+    the bytes sent and received by the index and output all-to-alls at each network level, and the
+    table-row-wise reduce-scatter's buffer (from the evaluation's own embedding costs)."""
+    xp = xp_of(bd.compute_s)
+    return xp.concatenate([bd.compute_s[..., None, :], *(xp.swapaxes(x, -1, -2) for x in
+                                                          (emb.out_send, emb.out_recv, emb.in_send, emb.in_recv)),
+                           emb.tr_bytes[..., None, :]], axis=-2)
+
+
+def spread(per_device):
+    """Sum over resources of the smooth max over devices of load / mean load (the tie-breaker);
+    resources no device uses add nothing."""
+    xp = xp_of(per_device)
+    mean = xp.mean(per_device, axis=-1, keepdims=True)
+    norm = per_device / xp.where(mean > 0, mean, 1.0)
+    return xp.sum(xp.where(mean[..., 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=-1), 0.0), axis=-1)
+
+
+def scores(system, model, pa, guard=None, tau: float = 0.0):
+    """(score, tie-broken score, Breakdown, resource loads [R, D]) of one plan (a batch in numpy).
+    With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
+    per-device sums are one more resource. tau > 0: the smooth evaluation (first-order estimates)."""
+    bd, emb = _step_model(system, model, pa, tau)
+    per_device = loads(bd, emb)
+    over_guard = None
+    if guard is not None:
+        by_guard = guard.loads(pa, system.domain_size)
+        per_device, over_guard = jnp.concatenate([per_device, by_guard[None]]), guard.over(by_guard)
+    score = score_of(bd, over_guard)
+    return score, score * (1.0 + TIE * spread(per_device)), bd, per_device
+
+
+@jit(export=True)
+def _score_batch(system, model, batch, guard=None):
+    return jax.vmap(lambda p: scores(system, model, p, guard)[:2])(batch)
+
+
+@jit(quick=True, export=True)     # one call per round: quick to compile, under 2 ms a call
+def details(system, model, pa, guard=None):
+    """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
+    the score; the Breakdown."""
+    score, tie, bd, per_device = scores(system, model, pa, guard)
+    return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, per_device, score, bd
+
+
+def batch_size(system: System, model: RankingModel) -> int:
+    """Plans per scoring call: about 256 MB of placement arrays, a power of two in [16, 1024]."""
+    n = 64e6 / max(model.tables.count * system.num_chips, 1)
+    return int(np.clip(2 ** int(np.floor(np.log2(max(n, 1)))), 16, 1024))
+
+
+def is_exhaustive(system: System, model: RankingModel) -> bool:
+    """Whether the instance is small: every table on every device is a move the search tries."""
+    return model.tables.count * system.num_chips <= EXHAUSTIVE
+
+
+def in_program(system: System, model: RankingModel) -> bool:
+    """Whether batches of compound moves and setting changes are built in compiled programs: when a
+    batch's table arrays (batch_size plans) take more than PROGRAM_BATCH_BYTES."""
+    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    return batch_size(system, model) * T * (5 + D + D // L + 2) * 4 > PROGRAM_BATCH_BYTES
+
+
+def eager(system: System, model: RankingModel, guard=None) -> bool:
+    """Whether a search's start (greedy's settings, its score and its compound moves) is scored in
+    numpy: on a small instance whose batches are built in numpy, with no guard. Those batches cost
+    numpy some milliseconds and no program has to be compiled or loaded for them, so a process's
+    first search holds its first plans at once."""
+    return guard is None and is_exhaustive(system, model) and not in_program(system, model)
+
+
+def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False) -> np.ndarray:
+    """[2, n]: the hard and the tie-broken scores of a batch of plans, in chunks padded to one fixed
+    size (one compile per problem). eager=True: in numpy, by the same cost functions
+    (cost.arrays), with no program to compile; the scores agree with the compiled ones to float32
+    rounding."""
+    if eager:
+        sc, tie, _, _ = scores(as_numpy(system), as_numpy(model), as_numpy(batch), guard)
+        return np.stack([sc, tie]).astype(np.float32)
+    size = batch_size(system, model)
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    out = []
+    for s in range(0, n, size):
+        m = min(size, n - s)
+        chunk = batch if (s, m) == (0, n) else jax.tree_util.tree_map(lambda x: x[s:s + size], batch)
+        if m < size:       # numpy batches padded in numpy: no op-by-op dispatch
+            xp = lambda x: np if isinstance(x, np.ndarray) else jnp
+            chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
+        out.append(np.stack([np.asarray(x) for x in _score_batch(system, model, chunk, guard)])[:, :m])
+    return np.concatenate(out, axis=1)
+
+
+def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None,
+                eager: bool = False) -> np.ndarray:
+    """Hard scores of a batch of plans (tie=True: the tie-broken ones): a row of score_pairs."""
+    return score_pairs(system, model, batch, guard, eager)[int(tie)]
+
+
+def in_batches(n: int, size: int, scores_from) -> np.ndarray:
+    """The n scores of candidates scored `size` at a time: scores_from(s) scores a padded batch of
+    candidates s, s + 1, ... (along its last axis); its padding is cut."""
+    out = [scores_from(s)[..., :min(size, n - s)] for s in range(0, n, size)]
+    return np.concatenate(out, axis=-1) if out else np.zeros(0)
+
+
+def pad(x: np.ndarray, size: int) -> np.ndarray:
+    """Pad a candidate column (or a stacked batch, along its first axis) to `size` by repeating its
+    first entry (fixed shapes: one compile)."""
+    return x if len(x) >= size else np.concatenate([x, np.repeat(x[:1], size - len(x), axis=0)])
+
+
+def host(x, dtype=None) -> np.ndarray:
+    """x as a numpy array of the dtype jax makes of it (64-bit as 32-bit unless x64 is on), for a
+    compiled program's argument: a numpy array is passed as it is, where jnp.asarray of one would
+    compile a conversion program per shape and dtype."""
+    x = np.asarray(x, dtype)
+    return x.astype(jax.dtypes.canonicalize_dtype(x.dtype), copy=False)
+
+
+# ---------------------------------------------------------------------- setting variants of one plan
+TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
+SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS)
+
+
+def with_settings(pa: PlanArrays, settings: dict, xp=jnp):
+    """Batch of plans: `pa`'s tables with each row of `settings` (the settings leaves of PlanArrays,
+    plan.settings_arrays, stacked). xp: jax.numpy (in a compiled program, where the tables are
+    broadcast rather than sent once per plan) or numpy."""
+    n = len(settings["offload"])
+    return PlanArrays(**settings, **{f: xp.broadcast_to(getattr(pa, f)[None], (n,) + np.shape(getattr(pa, f)))
+                                     for f in TABLE_FIELDS})
+
+
+def _settings_in_program(pa: PlanArrays, settings: dict):
+    return with_settings(pa, settings)
+
+
+_with_settings = jit(_settings_in_program, export=True)
+
+
+def settings_batch(plans: list, size: int) -> dict:
+    """The settings leaves of `plans` (plan.settings_arrays), stacked and padded to `size`."""
+    rows = [settings_arrays(p) for p in plans]
+    return {k: pad(np.stack([r[k] for r in rows]), size) for k in rows[0]}
+
+
+def score_settings(system: System, model: RankingModel, plans: list, tables: PlanArrays, tie: bool = False,
+                   guard=None, eager: bool = False) -> np.ndarray:
+    """score_plans of `plans` that differ in their settings only, sharing `tables` (plan_arrays of
+    one of them): only their settings are stacked, and the tables broadcast (in_program: in a
+    compiled program, a batch of batch_size at a time; else in numpy). eager: scored in numpy too."""
+    if not in_program(system, model):
+        return score_plans(system, model, with_settings(tables, settings_batch(plans, len(plans)), np), tie, guard,
+                           eager)
+    size = batch_size(system, model)
+    return in_batches(len(plans), size, lambda s: score_plans(
+        system, model, _with_settings(tables, settings_batch(plans[s:s + size], size)), tie, guard))
