@@ -152,8 +152,8 @@ def _register_search(sub) -> None:
 def _register_fidelity(sub) -> None:
     """validate (published collective measurements) and calibrate (the local JAX device)."""
     def cmd_validate(args) -> int:
-        from .validate import KINDS, format_all, run, summary
-        kinds = args.kind or list(KINDS)
+        from .validate import format_all, run, summary
+        kinds = args.kind
         log = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else (lambda m: None)
         rep = run(kinds, args.data, args.dataset, loso=not args.blind_only, log=log)
         if args.json:
@@ -182,7 +182,8 @@ def _register_fidelity(sub) -> None:
                                    "half). Errors are of the time.")
     v.add_argument("--kind", action="append", choices=("collectives", "contention", "steps"),
                    help="only this kind of measurement; repeatable (default: all)")
-    v.add_argument("--data", metavar="DIR", help="folder holding collectives/, contention/, steps/ (default: data/measurements)")
+    v.add_argument("--data", metavar="DIR", help="folder holding collectives/, contention/, steps/, or a folder of CSVs of one --kind "
+                   "(default: data/measurements)")
     v.add_argument("--dataset", action="append", metavar="NAME", help="only this dataset (file stem); repeatable")
     v.add_argument("--summary", action="store_true", help="one line per dataset, no per-row table")
     v.add_argument("--blind-only", action="store_true", help="steps: skip the leave-one-system-out calibration")

@@ -186,7 +186,7 @@ def test_system_whose_chip_preset_is_unknown(tmp_path):
         load_system(path)
     assert info.value.field == "chip"
     # the list names every chip preset (a100 and h800 joined for the measured collective data)
-    assert "unknown preset 'h1000'" in str(info.value) and "known chips: a100, b200, gaudi3, h100," in str(info.value)
+    assert "unknown preset 'h1000'" in str(info.value) and "known chips: a100, b200, b300, gaudi3, gb200, h100," in str(info.value)
 
 
 @pytest.mark.parametrize("name,family,domain", [("h100-12", "h100", 8), ("mtia300-24", "mtia300", 16),

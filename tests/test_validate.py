@@ -149,6 +149,27 @@ def test_cli_summary_json_and_unknown_dataset(capsys):
     assert "6 of 6 cases within 25 %" in capsys.readouterr().out
 
 
+def test_data_is_a_root_of_kinds_or_a_folder_of_one(tmp_path, capsys):
+    """--data takes data/measurements' layout (a kind without its subfolder is skipped) or a folder
+    of one kind's CSVs (collectives unless one --kind says otherwise); anything else is one error."""
+    src = ROOT / "data" / "measurements" / "collectives" / "h200_8_16GiB.csv"
+    flat, nested = tmp_path / "flat", tmp_path / "root" / "collectives"
+    flat.mkdir()
+    nested.mkdir(parents=True)
+    (flat / "mine.csv").write_text(src.read_text())
+    (nested / "mine.csv").write_text(src.read_text())
+    for folder in (flat, nested.parent):
+        rep = val.run(data=folder)
+        assert list(rep) == ["collectives"] and [d["dataset"] for d in rep["collectives"]["datasets"]] == ["mine"]
+    with pytest.raises(ConfigError, match="one kind of measurement"):
+        val.run(["collectives", "steps"], data=flat)
+    with pytest.raises(ConfigError, match="no such folder of step measurements"):
+        val.run(["steps"], data=nested.parent)
+    (tmp_path / "empty").mkdir()
+    assert main(["validate", "--data", str(tmp_path / "empty")]) == 2
+    assert "holds no *.csv datasets" in capsys.readouterr().err
+
+
 def test_notebook_runs(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

@@ -47,6 +47,7 @@ def hbm_excess(chip, rate_Bps):
     x = 1.0 - rate_Bps / bw
     floor = 0.05
     left = xp.minimum(floor * xp.logaddexp(0.0, x / floor), 1.0)     # smooth max(x, 0), >= floor ln 2 at x = 0
+    left = xp.maximum(left, floor / 2)       # a collective asking more than HBM gives is itself held back
     return (1.0 - left) / left
 
 

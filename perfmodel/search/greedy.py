@@ -187,8 +187,9 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy
     (score.score_pairs)."""
     candidates = []
+    modes = [m for m in DENSE_MODES if m != "hybrid" or len(system.levels) > 1]   # hybrid on one level: fully sharded
     for dense, ar, a2a, buckets, chunks in itertools.product(
-            DENSE_MODES, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
+            modes, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))

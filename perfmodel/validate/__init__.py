@@ -14,17 +14,35 @@ from .collectives import (COLUMNS, METRICS, MEASUREMENTS, TARGET_BLIND, TARGET_C
 KINDS = ("collectives", "contention", "steps")
 
 
-def run(kinds=KINDS, data: str | Path | None = None, datasets: list[str] | None = None, loso: bool = True,
+def run(kinds=None, data: str | Path | None = None, datasets: list[str] | None = None, loso: bool = True,
         log=lambda m: None) -> dict:
-    """Every dataset of the `kinds` asked (in data/measurements, or `data`'s subfolders of the same
-    names): the report of each kind's module, under its name."""
+    """Every dataset of the `kinds` asked (default: all), from data/measurements or `data`: a folder
+    with subfolders collectives/, contention/, steps/ (a kind without its subfolder is skipped unless
+    asked for), or a folder of CSVs of one kind (the kind asked, collectives if none): the report of
+    each kind's module, under its name."""
     from . import contention, steps
-    bad = [k for k in kinds if k not in KINDS]
+    asked = list(kinds) if kinds else []
+    bad = [k for k in asked if k not in KINDS]
     if bad:
         raise ConfigError("", "kind", f"{bad[0]!r} is not a kind of measurement; allowed: {', '.join(KINDS)}")
     root = Path(data) if data else DATA_DIR / "measurements"
-    names = {"collectives": [d.name for d in load_datasets(root / "collectives")] if "collectives" in kinds else [],
-             "contention": ["interference"], "steps": [d.name for d in steps.load_step_datasets(root / "steps")]
+    if not root.is_dir():
+        raise ConfigError(str(root), "", "no such folder of measurements")
+    folders = {k: root / k for k in KINDS}
+    if data and not any(f.is_dir() for f in folders.values()) and any(root.glob("*.csv")):
+        if len(asked) > 1:
+            raise ConfigError(str(root), "kind", "a folder of CSVs holds one kind of measurement; ask for one --kind "
+                              f"or give a folder with subfolders {', '.join(KINDS)}")
+        one = asked[0] if asked else "collectives"
+        folders, asked = {one: root}, [one]
+    kinds = asked or [k for k in KINDS if folders.get(k) is not None and folders[k].is_dir()]
+    if not kinds:
+        raise ConfigError(str(root), "", f"holds no *.csv datasets and none of the subfolders {', '.join(KINDS)}")
+    missing = [k for k in kinds if k not in folders]
+    if missing:
+        raise ConfigError(str(root), "kind", f"is a folder of {', '.join(folders)} measurements, not {missing[0]}")
+    names = {"collectives": [d.name for d in load_datasets(folders["collectives"])] if "collectives" in kinds else [],
+             "contention": ["interference"], "steps": [d.name for d in steps.load_step_datasets(folders["steps"])]
              if "steps" in kinds else []}
     if datasets:
         known = sorted(n for k in kinds for n in names[k])
@@ -34,12 +52,12 @@ def run(kinds=KINDS, data: str | Path | None = None, datasets: list[str] | None 
         kinds = [k for k in kinds if any(d in names[k] for d in datasets)]
     out = {}
     if "collectives" in kinds:
-        out["collectives"] = validate(root / "collectives", [d for d in datasets if d in names["collectives"]]
+        out["collectives"] = validate(folders["collectives"], [d for d in datasets if d in names["collectives"]]
                                       if datasets else None)
     if "contention" in kinds:
-        out["contention"] = {"cases": contention.cases(root / "contention"), "target": contention.TARGET}
+        out["contention"] = {"cases": contention.cases(folders["contention"]), "target": contention.TARGET}
     if "steps" in kinds:
-        sets = steps.load_step_datasets(root / "steps")
+        sets = steps.load_step_datasets(folders["steps"])
         if datasets:
             sets = [d for d in sets if d.name in datasets]
         out["steps"] = {"datasets": [steps.validate_steps(d, calibrated=loso, log=log) for d in sets],
