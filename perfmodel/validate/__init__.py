@@ -82,21 +82,23 @@ def summary(rep: dict) -> str:
     """One line per dataset of every kind: rows, blind and calibrated errors, and whether each meets
     its target."""
     from . import contention, steps
-    lines = [f"{'kind':<12} {'dataset':<36} {'rows':>4} {'blind':>8} {'calibrated':>11}   targets (blind / calibrated)"]
+    lines = [f"{'kind':<12} {'dataset':<36} {'rows':>4} {'blind':>8} {'calibrated':>11} {'blind >= 1 MiB':>15}   "
+             "targets (blind / calibrated)"]
     ok = lambda x, t: f"{100 * x:>6.1f} %{'' if x <= t else ' !'}"
     for d in rep.get("steps", {}).get("datasets", []):
         cal = ok(d["calibrated_geomean_err"], steps.TARGET_CALIBRATED) if "calibrated_geomean_err" in d else "   -"
         lines.append(f"{'steps':<12} {d['dataset']:<36} {len(d['rows']):>4} {ok(d['blind_geomean_err'], steps.TARGET_BLIND):>8} "
-                     f"{cal:>11}   {100 * steps.TARGET_BLIND:.0f} % / {100 * steps.TARGET_CALIBRATED:.0f} % (leave one system out); "
+                     f"{cal:>11} {'-':>15}   {100 * steps.TARGET_BLIND:.0f} % / {100 * steps.TARGET_CALIBRATED:.0f} % (leave one system out); "
                      f"largest {100 * d['blind_max_err']:.0f} % (<= {100 * steps.TARGET_MAX:.0f} %)")
     if "contention" in rep:
         cs = rep["contention"]["cases"]
         worst = max(abs(c["err"]) for c in cs)
-        lines.append(f"{'contention':<12} {'interference':<36} {len(cs):>4} {ok(worst, contention.TARGET):>8} {'-':>11}   "
+        lines.append(f"{'contention':<12} {'interference':<36} {len(cs):>4} {ok(worst, contention.TARGET):>8} {'-':>11} {'-':>15}   "
                      f"every case within {100 * contention.TARGET:.0f} % (largest error shown)")
     for d in rep.get("collectives", {}).get("datasets", []):
+        large = f"{100 * d['blind_large_geomean_err']:.1f} % ({d['n_large']})" if d["n_large"] else "-"
         lines.append(f"{'collectives':<12} {d['dataset']:<36} {len(d['rows']):>4} {ok(d['blind_geomean_err'], TARGET_BLIND):>8} "
-                     f"{ok(d['calibrated_geomean_err'], TARGET_CALIBRATED):>11}   {100 * TARGET_BLIND:.0f} % / "
+                     f"{ok(d['calibrated_geomean_err'], TARGET_CALIBRATED):>11} {large:>15}   {100 * TARGET_BLIND:.0f} % / "
                      f"{100 * TARGET_CALIBRATED:.0f} % (held-out sizes)")
     lines.append("errors: geometric mean of |ln(predicted / measured)|, as a percentage; ! misses its target")
     return "\n".join(lines)
