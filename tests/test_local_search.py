@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.plan import CW, TablePlan, to_arrays
+from perfmodel.plan import CW, DENSE_MODES, TablePlan, to_arrays
 from perfmodel.search import compound as cp
 from perfmodel.search import descent as ds
 from perfmodel.search import moves as mv
@@ -159,7 +159,9 @@ def test_compound_moves_switch_growing_prefixes_of_tables(twins):
     # data-parallel, row-wise, column-wise, splits k = 0..T; no TWRW; then column-wise splits k = 0..T-1
     # in two shards (dim 64: no more); those again under the other dense parallelism allowed apart
     others = cp.group_candidates(p, start, other_dense=True)
-    assert len(groups) == 5 * T + 1 and len(others) == T
+    modes = [m for i, m in enumerate(DENSE_MODES) if m != start.dense and p.masks.dense[i] > -1]
+    assert len(groups) == 5 * T + 1 and len(modes) >= 1 and len(others) == len(modes) * T
+    assert [g.dense for g in others] == [m for m in modes for _ in range(T)]
     for k, g in enumerate(groups[2 * T:3 * T], start=1):
         split = [n for n, tp in g.tables.items() if tp.sharding_type == "column_wise"]
         assert len(split) == k and all(g.tables[n] == start.tables[n] for n in g.tables if n not in split)

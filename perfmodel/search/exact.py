@@ -13,7 +13,8 @@ max-plus expression plus min() terms (interference): maxima become epigraph vari
 min(a, b) a binary choice with big-M. How much slower the dense backward runs next to a collective
 (cost/contention.py: the collective's HBM traffic rate over its time) is held at a plan's value,
 and the MILP solved again at its solution's until the placement repeats (a fixed point: its
-optimum is then the hard step of its plan). `exact_plan` checks the MILP's optimum against the
+optimum is then the hard step of its plan); the lookups' slowdown next to a fully sharded dense
+part's parameter all-gather is fixed by the settings alone. `exact_plan` checks the MILP's optimum against the
 hard evaluation of its solution and reports both.
 """
 
@@ -31,10 +32,11 @@ from ..cost import collectives as coll
 from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate, evaluate
 from ..hardware import System
-from ..plan import PRECISION_BYTES, Plan, TablePlan, to_arrays
+from ..plan import COLLECTIVES, PRECISION_BYTES, Plan, TablePlan, to_arrays
 from ..workload import RankingModel
 
 MAX_TABLES, MAX_DEVICES = 16, 8
+COLLECTIVE_AG = COLLECTIVES.index("all_gather")
 US, MB = 1e6, 1e-6          # the MILP works in microseconds and megabytes (conditioning)
 
 
@@ -97,13 +99,14 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     t_opt, c_sync = ph["optimizer"] * US, ph["dense_sync"] * US
     n_b = float(base.grad_buckets)
     cap = float(bd0.capacity_bytes) * MB
+    db_ef, c_ef = _lookup_contention(system, model, net, pa0) if base.dense == "fully_sharded" and D > 1 else (0.0, 0.0)
 
     seen, slow = [], {k: float(bd0.contention[k]) for k in ("backward", "bottom_bwd")}
     for _ in range(MAX_ROUNDS):
         ranks, milp, terms, status, gap = _solve(dict(
             T=T, D=D, system=system, const=const, jac=jac, net=net, link_names=link_names, inv_bw=inv_bw, over=over,
             o=o, lat_eng=lat_eng, lat_p=lat_p, eff_p=eff_p, setup=setup, t_bf=t_bf, t_tf=t_tf, t_tb=t_tb, t_bb=t_bb,
-            t_opt=t_opt, c_sync=c_sync, n_b=n_b, cap=cap, big=4.0 * float(bd0.step_s) * US + 1.0,
+            t_opt=t_opt, c_sync=c_sync, n_b=n_b, cap=cap, db_ef=db_ef, c_ef=c_ef, big=4.0 * float(bd0.step_s) * US + 1.0,
             time_limit_s=time_limit_s), slow)
         plan = subproblem_plan(start, model, ranks)
         bd = evaluate(system, model, plan)
@@ -117,6 +120,21 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
 
 
 MAX_ROUNDS = 6       # MILP solves at most, each at the previous solution's contention
+
+
+def _lookup_contention(system, model, net, pa0) -> tuple[float, float]:
+    """A fully sharded dense part's parameter all-gather runs beside the embedding lookups and slows
+    them by the HBM share it takes (evaluate's x_ef): added time min(db e_f, c db / (1 + db)) per
+    device, with db and c (us) fixed by the settings. Returns (db, c)."""
+    from ..cost import contention
+    chip, top = system.chip, len(system.levels) - 1
+    p_bytes = float(model.dense.params()) * float(model.param_bytes)
+    D = system.num_chips
+    c = float(coll.all_gather(net, jnp.float32(p_bytes), 0, top, pa0.algorithm[COLLECTIVE_AG, :])) / 2.0
+    mult = float(net.offload) * float(chip.dma_hbm_mult) + (1.0 - float(net.offload)) * float(chip.core_hbm_mult)
+    traffic = p_bytes * (D - 1) / D               # half of the sent + received bytes: the forward's gather
+    db = float(contention.hbm_excess(chip, mult * traffic / max(c, 1e-12)))
+    return db, c * US
 
 
 def _solve(a: dict, slow: dict):
@@ -185,8 +203,10 @@ def _solve(a: dict, slow: dict):
     C_in, B_in = a2a("is", "ir") if D > 1 else (0.0, 0.0)
     C_out, B_out = a2a("os", "or") if D > 1 else (0.0, 0.0)
     EF = var()
+    db_ef, c_ef = a["db_ef"], a["c_ef"]
+    x_ef = [vmin(db_ef * lin("ef", d), c_ef * db_ef / (1.0 + db_ef)) if db_ef > 0 else 0.0 for d in range(D)]
     for d in range(D):
-        h.addConstr(EF >= lin("ef", d))
+        h.addConstr(EF >= lin("ef", d) + x_ef[d])
     T_b = t_tb + t_bb
     # the overlaps' added time, min(T (r - 1), c (1 - 1/r)) at the held slowdowns r (cost/contention.py)
     r_b, r_bb = slow["backward"], slow["bottom_bwd"]
@@ -201,7 +221,7 @@ def _solve(a: dict, slow: dict):
     h.addConstr(EBS >= g_end)
     for d in range(D):
         h.addConstr(EB >= EBS + lin("eb", d))
-        h.addConstr(STEP >= t_bf + lin("ef", d) + t_tf + t_tb + t_bb + lin("eb", d) + t_opt + x_prev + x_bb)
+        h.addConstr(STEP >= t_bf + lin("ef", d) + x_ef[d] + t_tf + t_tb + t_bb + lin("eb", d) + t_opt + x_prev + x_bb)
         h.addConstr(lin("mem", d) <= cap)
     h.addConstr(SYNC >= tf_end + T_b / n_b + c_sync + C_out)
     h.addConstr(SYNC >= bb_end + c_sync / n_b)
