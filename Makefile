@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/perfmodel search --system h100-64 --model dlrm-dcnv2-mlperf --method greedy
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --durations=15 tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_evaluate.py

@@ -14,6 +14,7 @@ from perfmodel.cli import main
 from perfmodel.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("validate")      # one worker computes the report the tests share
 
 
 @pytest.fixture(scope="module")
