@@ -29,7 +29,6 @@ exp(mean |ln(t_pred / t_meas)|) - 1 (a 2x miss either way counts as 100 %), and 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ import optax
 from ..config import DATA_DIR, ConfigError
 from ..cost import collectives as coll
 from ..hardware import load_system
+from .csvfile import read_rows
 
 MEASUREMENTS = DATA_DIR / "measurements" / "collectives"
 COLUMNS = ("system", "collective", "algorithm", "size_bytes", "metric", "value", "source", "note")
@@ -86,20 +86,9 @@ def load_datasets(folder: str | Path | None = None) -> list[Dataset]:
     for path in sorted(folder.glob("*.csv")):
         ds = Dataset(path.stem, path)
         systems: dict[str, str] = {}           # system name -> where it was first named
-        try:
-            with path.open(newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-                if missing:
-                    raise ConfigError(str(path), missing[0], f"column is missing; a dataset has columns {', '.join(COLUMNS)}")
-                for i, raw in enumerate(reader, start=2):
-                    ds.rows.append(_row(raw, f"{path}:{i}"))
-                    systems.setdefault(ds.rows[-1].system, f"{path}:{i}")
-        except UnicodeDecodeError as err:
-            raise ConfigError(str(path), "", f"is not UTF-8 text (byte {err.start}: {err.reason}); a dataset is a "
-                              "UTF-8 CSV") from None
-        except (OSError, csv.Error) as err:
-            raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+        for where, raw in read_rows(path, COLUMNS, "dataset"):
+            ds.rows.append(_row(raw, where))
+            systems.setdefault(ds.rows[-1].system, where)
         if len(ds.rows) < 2:
             raise ConfigError(str(path), "", f"holds {len(ds.rows)} row{'' if len(ds.rows) == 1 else 's'}; a dataset needs at least 2 (half fit the "
                               "calibration, half judge it)")

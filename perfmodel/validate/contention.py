@@ -16,7 +16,6 @@ Error: predicted / measured - 1; target within +-25 % (TARGET).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..config import DATA_DIR, ConfigError
 from ..cost import collectives as coll
 from ..cost import contention
 from ..cost.compute import gemm_parts, roofline
+from .csvfile import read_rows
 
 CONTENTION = DATA_DIR / "measurements" / "contention"
 TARGET = 0.25
@@ -35,14 +35,7 @@ _RING = jnp.asarray(np.eye(4, dtype=np.float32)[coll.RING])
 
 def load_rows(folder: str | Path | None = None) -> list[dict]:
     folder = Path(folder) if folder else CONTENTION
-    path = folder / "interference.csv"
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
-    except FileNotFoundError:
-        raise ConfigError(str(path), "", "no such file of contention measurements") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(str(path), "", f"is not UTF-8 text: {err.reason} at byte {err.start}") from None
+    return [raw for _, raw in read_rows(folder / "interference.csv", (), "contention measurement")]
 
 
 def _find(rows, source: str, kernel: str) -> dict:

@@ -27,7 +27,6 @@ exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -41,6 +40,7 @@ import optax
 
 from ..config import DATA_DIR, ConfigError
 from ..plan import PRECISIONS, Plan, plan_from_dict, to_arrays
+from .csvfile import read_rows
 
 STEPS = DATA_DIR / "measurements" / "steps"
 COLUMNS = ("system", "model", "global_batch", "dense_dtype", "comm_precisions", "in_network_reduction",
@@ -86,16 +86,7 @@ def load_step_datasets(folder: str | Path | None = None) -> list[StepDataset]:
     out = []
     for path in sorted(folder.glob("*.csv")):
         ds = StepDataset(path.stem, path)
-        try:
-            with path.open(newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-                if missing:
-                    raise ConfigError(str(path), missing[0], f"column is missing; a step dataset has columns {', '.join(COLUMNS)}")
-                for i, raw in enumerate(reader, start=2):
-                    ds.rows.append(_row(raw, f"{path}:{i}"))
-        except UnicodeDecodeError as err:
-            raise ConfigError(str(path), "", f"is not UTF-8 text: {err.reason} at byte {err.start}") from None
+        ds.rows = [_row(raw, where) for where, raw in read_rows(path, COLUMNS, "step dataset")]
         if not ds.rows:
             raise ConfigError(str(path), "", "holds no rows")
         out.append(ds)
