@@ -185,7 +185,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(G, np.float32)
     stage = {"bf": tuple(x * bottom for x in fwd_parts), "bb": tuple(x * bottom for x in bwd_parts),
              "tf": tuple(x * (1 - bottom) for x in fwd_parts), "tb": tuple(x * (1 - bottom) for x in bwd_parts)}
-    t_bf, t_bb, t_tf, t_tb = (roofline(stage[k]).sum() for k in ("bf", "bb", "tf", "tb"))
+    alone = {k: roofline(parts).sum() for k, parts in stage.items()}      # each stage's time, uncontended
+    t_bf, t_bb, t_tf, t_tb = (alone[k] for k in ("bf", "bb", "tf", "tb"))
     emb = embedding_costs(system, model, pa, a2a_b, grad_b)
     e_f, e_b = emb.fwd_s, emb.bwd_s
 
@@ -256,7 +257,7 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         """Time a collective of `comm` s moving `traffic` bytes (sent + received) adds to the dense
         stages `keys` it overlaps (their `share`: a chunked overlap covers part of them)."""
         db = contention.hbm_excess(chip, rate(comm, traffic))
-        plain = sum(roofline(stage[k]).sum() for k in keys)
+        plain = sum(alone[k] for k in keys)
         excess = sum(contention.gemm_excess(stage[k], du, db) for k in keys)
         slowdown[name] = 1.0 + contention.ratio(excess, plain)
         return contention.added(plain * share, excess * share, comm, mn)
