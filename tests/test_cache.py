@@ -63,9 +63,13 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
     kept = lambda kind: sorted(p for p in tmp_path.iterdir() if p.name.startswith(f"perfmodel-{kind}-"))
     jax.monitoring.register_event_listener(lambda event, **_: loads.append(1) if event == cache.EXECUTABLE_LOADED else None)
     before = jax.config.jax_compilation_cache_dir
+    # the cache as enable_compile_cache sets it (XLA keeps every program, however fast its compile),
+    # whatever this process ran before
+    min_before = jax.config.jax_persistent_cache_min_compile_time_secs
     try:
         compilation_cache.reset_cache()
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", cache.MIN_CACHED_COMPILE_S)
         traces.clear()
         same(cache.jit(f, export=True)(box, x), plain)
         assert len(traces) >= 1 and len(kept("export")) == 1 and len(kept("exec")) == 1 and loads == []
@@ -102,6 +106,7 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
         assert len(kept("export")) == 4 and float(off[0]["n"]) == float(plain[0]["n"])
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_before)
         compilation_cache.reset_cache()
 
 
