@@ -17,7 +17,7 @@ from .search.api import METHODS as SEARCH_METHODS, SearchResult, search
 from .search.guard import ShardCosts, load_shard_costs
 from .plan import from_arrays
 from .workload import EmbeddingTables, RankingModel, load_model, model_names
-from .analysis import KNOBS, knob, sensitivity, set_knobs, sweep
+from .analysis import KNOBS, knob, plan_for, planner, sensitivity, set_knobs, sweep
 from .analysis.scaling import compare, scaling
 from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
 from .calibrate import calibrate as calibrate_chip
@@ -30,7 +30,7 @@ __all__ = [
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
     "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",
     "ShardCosts", "load_shard_costs",
-    "KNOBS", "knob", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
+    "KNOBS", "knob", "plan_for", "planner", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",
 ]
