@@ -87,7 +87,7 @@ def test_format_and_bad_metric(small, mtia16):
     t = sensitivity(mtia16, small, plan)
     text = format_sensitivity(t, "step_s", top=5, title="x")
     lines = text.splitlines()
-    assert lines[0] == "x" and "elasticity" in lines[2] and len(lines) == 3 + 1 + 5 + 1
+    assert lines[0] == "x" and "elasticity" in lines[2] and "given plan" in lines[3] and len(lines) == 4 + 1 + 5 + 1
     assert "peak bf16 compute" in text and "more parameters" in lines[-1]
     with pytest.raises(pm.ConfigError, match="metric.*allowed: step_s, usd_per_million_samples"):
         sensitivity(mtia16, small, plan, metric="latency")
@@ -95,3 +95,25 @@ def test_format_and_bad_metric(small, mtia16):
     assert format_sensitivity(sensitivity("mtia300-16", "dlrm-small", plan), "step_s", top=5, title="x") == text
     with pytest.raises(pm.ConfigError, match="field 'model': must be a RankingModel"):
         sensitivity(mtia16, 7, plan)
+
+
+def test_replanned_differences_beside_the_fixed_plan(small, mtia16):
+    """--replan: central differences of the re-searched step at x(1 +- h) for the top parameters with a knob.
+    Peak compute moves no discrete choice of dlrm-small's plan on mtia300-16, so the re-searched elasticity
+    agrees with the fixed-plan one (envelope theorem), sign included."""
+    make = pm.planner("search", iterations=6)
+    t = columns(sensitivity(mtia16, small, make, replan=2, h=0.05))
+    assert set(t["plan"]) == {make.label}
+    done = [i for i, v in enumerate(t["replan_elasticity"]) if v is not None]
+    assert len(done) == 2 and all(t["knob"][i] for i in done)
+    from perfmodel.analysis.sensitivity import replanned_elasticities
+    i = list(t["path"]).index("chip.peak_bf16_flops")
+    e = float(t["elasticity"][i])
+    fd, = replanned_elasticities(mtia16, small, [("peak_bf16_TFLOPs", float(t["value"][i]))], make, h=0.05)
+    assert e < -0.05 and fd == pytest.approx(e, rel=0.1)
+    text = format_sensitivity(t, "step_s", top=3)
+    assert "re-searched" in text and "envelope theorem" in text and make.label in text
+    with pytest.raises(pm.ConfigError, match="field 'replan'"):
+        sensitivity(mtia16, small, make, replan=-1)
+    with pytest.raises(pm.ConfigError, match="field 'h'"):
+        sensitivity(mtia16, small, make, h=1.5)
