@@ -1,4 +1,4 @@
-"""The `perfmodel` command line: evaluate, list and cache here; search, sweep, sensitivity, trace,
+"""The `perfmodel` command line: evaluate, list and cache here; search, sweep, sensitivity, compare, trace,
 plot, validate and calibrate in the modules it registers.
 
 A user's mistake ends in one line, `perfmodel: error: <file or argument>: field '<x>': <what is
@@ -138,9 +138,11 @@ def _cmd_cache(args) -> int:
 
 
 def _register_analysis(sub) -> None:
-    """sweep, sensitivity, trace and plot (perfmodel/cli_analysis.py)."""
+    """sweep, trace and plot (perfmodel/cli_analysis.py); sensitivity and compare (perfmodel/cli_studies.py)."""
     from .cli_analysis import register
     register(sub)
+    from .cli_studies import register as register_studies
+    register_studies(sub)
 
 
 def _register_search(sub) -> None:

@@ -1,4 +1,4 @@
-"""The trade-off subcommands of `perfmodel`: sweep, sensitivity, trace, plot.
+"""The trade-off subcommands of `perfmodel`: sweep, trace, plot (sensitivity and compare: cli_studies.py).
 
 Every output file (--out, --plot) must not exist yet: the command checks them all before it
 computes anything and stops with one line naming the file otherwise (exit code 2).
@@ -135,25 +135,6 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------ sensitivity
-
-def _cmd_sensitivity(args) -> int:
-    from .analysis.sensitivity import format_sensitivity, sensitivity
-    from .analysis.table import records
-
-    system, model = _load(args)
-    plan = _plan(args, system, model)
-    table = sensitivity(system, model, plan, metric=args.metric)
-    if args.json:
-        print(json.dumps({"system": system.name, "model": model.name, "metric": args.metric,
-                          "rows": records(table)}, indent=1))
-        return 0
-    top = None if args.top == 0 else args.top
-    title = f"{model.name} on {system.name}, plan: {args.plan or 'default (greedy) plan'}: elasticities of {args.metric}"
-    print(format_sensitivity(table, args.metric, top, title))
-    return 0
-
-
 # ------------------------------------------------------------------------------------------ trace
 
 def _devices(args, system):
@@ -250,7 +231,7 @@ def _add_problem(p) -> None:
 
 
 def register(sub) -> None:
-    """Add sweep, sensitivity, trace and plot to the `perfmodel` subparsers."""
+    """Add sweep, trace and plot to the `perfmodel` subparsers."""
     sw = sub.add_parser(
         "sweep", help="the model over a grid (or paired lists) of hardware, workload and plan knobs",
         description="Evaluate MODEL on SYSTEM at every point of a grid of knob values, in one vectorized call. "
@@ -271,16 +252,6 @@ def register(sub) -> None:
     sw.add_argument("--list-knobs", action="store_true", help="describe every knob and exit")
     sw.add_argument("--json", action="store_true", help="print the table as JSON records")
     sw.set_defaults(func=_cmd_sweep)
-
-    se = sub.add_parser(
-        "sensitivity", help="elasticities of step time (or cost) w.r.t. every hardware parameter, ranked",
-        description="d log(metric) / d log(parameter) for every hardware parameter of SYSTEM (one jax.grad), "
-                    "ranked by size: +1 % in the parameter changes the metric by elasticity %.")
-    _add_problem(se)
-    se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
-    se.add_argument("--top", type=int, default=15, help="rows to print (0: all; default 15)")
-    se.add_argument("--json", action="store_true", help="print every parameter as JSON records")
-    se.set_defaults(func=_cmd_sensitivity)
 
     tr = sub.add_parser(
         "trace", help="one step as Chrome trace-event JSON (Perfetto, chrome://tracing)",

@@ -1,4 +1,4 @@
-"""perfmodel sweep | sensitivity | trace | plot, in-process through cli.main."""
+"""perfmodel sweep | trace | plot, in-process through cli.main (sensitivity, compare: test_cli_studies.py)."""
 
 import contextlib
 import csv
@@ -93,21 +93,6 @@ def test_sweep_list_knobs():
     assert code == 0
     for name in KNOBS:
         assert name in out
-
-
-def test_sensitivity_ranked_table_and_json(plans):
-    code, out, err = run(["sensitivity", *SMALL, "--plan", plans["h100-8"], "--top", "5"])
-    assert code == 0, err
-    lines = out.splitlines()
-    rows = [l for l in lines if l[:4].strip().isdigit()]
-    assert len(rows) == 5 and "elasticities of step_s" in lines[0]
-    values = [abs(float(re.search(r" ([+-]\d+\.\d{4})(  |$)", r).group(1))) for r in rows]
-    assert values == sorted(values, reverse=True)
-    code, out, _ = run(["sensitivity", *SMALL, "--plan", plans["h100-8"], "--metric", "usd_per_million_samples",
-                        "--json"])
-    data = json.loads(out)
-    assert data["metric"] == "usd_per_million_samples" and data["rows"][0]["parameter"] == "chip price"
-    assert {"parameter", "unit", "value", "elasticity", "derivative_per_unit", "knob"} <= set(data["rows"][0])
 
 
 def test_trace_cli(tmp_path, plans):

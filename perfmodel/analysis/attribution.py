@@ -1,0 +1,201 @@
+"""Attribution of a step-time gap between two systems to named features, each point re-planned.
+
+    a = pm.attribute("h100-64", "mtia300-64", "dlrm-dcnv2-mlperf")   # searched plan at every point
+    a.shares        # {"integrated NIC": s, "message engines": s, "bandwidth split": s}, seconds saved
+    print(a.format())
+
+A factor is a set of knob values that gives `system` one feature of `reference`. With k factors the
+2^k on/off combinations are each re-planned with the same planner (knobs.set_knobs moves the
+system), so each combination runs the plan that hardware wants. The step time T(S) with the factors S switched
+on is a cooperative game, and each factor's share is its Shapley value (Shapley 1953), its average
+marginal effect over the k! orders of switching factors on:
+
+    phi_f = sum over S not containing f of |S|! (k - |S| - 1)! / k! * (T(S) - T(S + {f}))
+
+The shares add up exactly to T(none) - T(all) whatever the interactions (one factor's effect may
+depend on another: a bigger NIC share is capped by PCIe until the NIC is integrated), which no
+one-at-a-time or fixed-order attribution does. The rest of the gap, T(all) - T(reference), is what
+the factors do not cover (compute, HBM, latencies, domain size, the plan the reference gets).
+
+The default factors come from the two systems' own fields:
+  integrated NIC    nic_attach_pcie set to the reference's (0: in the package, no PCIe cap or latency)
+  message engines   offload_engines set to the reference's count (a chip without engines gets the
+                    reference design's engines; see the knob)
+  bandwidth split   the reference's share of per-chip bandwidth on scale-up, total kept: on a NIC
+                    that also carries scale-up, nic_scale_up_fraction; with a dedicated scale-up link
+                    (NVLink), scale-up and scale-out bandwidths set to total x f and total x (1 - f)
+A factor whose values the system already has is left out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..config import ConfigError
+from ..evaluate import as_model, as_system, evaluate
+from ..hardware import System
+from ..workload import RankingModel
+from . import knobs as K
+from .planning import planner
+
+
+def shapley(value: Mapping[frozenset, float], players) -> dict:
+    """Shapley value of each player of the game `value` (coalition -> worth, every subset given)."""
+    players = list(players)
+    k = len(players)
+    out = {}
+    for f in players:
+        rest = [g for g in players if g != f]
+        total = 0.0
+        for r in range(k):
+            w = math.factorial(r) * math.factorial(k - r - 1) / math.factorial(k)
+            for S in itertools.combinations(rest, r):
+                total += w * (value[frozenset(S) | {f}] - value[frozenset(S)])
+        out[f] = total
+    return out
+
+
+def _state(system: System, model: RankingModel) -> K.State:
+    return K.State(system, model, None)
+
+
+def default_factors(system: System, reference: System, model: RankingModel) -> dict[str, dict[str, float]]:
+    """{factor: {knob: value}} giving `system` the reference's NIC attachment, engines and bandwidth split."""
+    me, ref = _state(system, model), _state(reference, model)
+    get = lambda name, st: float(f"{float(K.knob(name).get(st)):.6g}")     # float32 leaves, read back
+    out: dict[str, dict[str, float]] = {}
+    if get("nic_attach_pcie", me) != get("nic_attach_pcie", ref):
+        out["integrated NIC" if get("nic_attach_pcie", ref) == 0 else "PCIe NIC"] = {
+            "nic_attach_pcie": get("nic_attach_pcie", ref)}
+    if get("offload_engines", me) != get("offload_engines", ref):
+        out["message engines"] = {"offload_engines": int(get("offload_engines", ref))}
+    up, down = (get(n, ref) for n in ("scale_up_bandwidth_GBps", "scale_out_bandwidth_GBps"))
+    f = up / (up + down)
+    if system.nic.serves_scale_up:
+        if abs(get("nic_scale_up_fraction", me) - f) > 1e-9:
+            out["bandwidth split"] = {"nic_scale_up_fraction": f}
+    else:
+        total = get("scale_up_bandwidth_GBps", me) + get("scale_out_bandwidth_GBps", me)
+        if abs(get("scale_up_bandwidth_GBps", me) / total - f) > 1e-9:
+            up_GBps = float(f"{total * f:.6g}")
+            out["bandwidth split"] = {"scale_up_bandwidth_GBps": up_GBps, "scale_out_bandwidth_GBps": total - up_GBps}
+    return out
+
+
+def moved(system: System, model: RankingModel, knobs: Mapping[str, float]) -> tuple[System, RankingModel]:
+    """(system, model) with the named knobs set (knobs.set_knobs; none: unchanged)."""
+    if not knobs:
+        return system, model
+    from ..plan import stand_in, to_arrays
+    st = K.set_knobs(system, model, to_arrays(stand_in(system, model), system, model), **knobs)
+    return st.system, st.model
+
+
+def combinations(factors: Mapping[str, Mapping[str, float]]) -> list[tuple[frozenset, dict]]:
+    """(factors switched on, {knob: value}) of every on/off combination, fewest on first; a knob of a
+    factor that is off is left at the system's own value (not in the dict)."""
+    names = list(factors)
+    out = []
+    for r in range(len(names) + 1):
+        for c in itertools.combinations(names, r):
+            out.append((frozenset(c), {k: v for f in c for k, v in factors[f].items()}))
+    return out
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The result of `attribute`: step times of every combination, the shares and what is left."""
+    system: str
+    reference: str
+    model: str
+    plan: str                                   # the planner's label
+    factors: dict                               # {factor: {knob: value}}
+    base: dict                                  # {knob: the system's own value}
+    steps_s: dict                               # {frozenset of factors switched on: step time}
+    reference_step_s: float
+    shares_s: dict = field(default_factory=dict)    # {factor: step time it saves (Shapley)}
+
+    @property
+    def system_step_s(self) -> float:
+        return self.steps_s[frozenset()]
+
+    @property
+    def gap_s(self) -> float:
+        """The system's step time minus the reference's (each with its own plan)."""
+        return self.system_step_s - self.reference_step_s
+
+    @property
+    def rest_s(self) -> float:
+        """The part of the gap the factors do not cover: T(all on) - T(reference)."""
+        return self.steps_s[frozenset(self.factors)] - self.reference_step_s
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (combinations as lists of factor names)."""
+        return {"system": self.system, "reference": self.reference, "model": self.model, "plan": self.plan,
+                "factors": self.factors, "base": self.base,
+                "combinations": [{"on": sorted(S), "step_s": t} for S, t in
+                                 sorted(self.steps_s.items(), key=lambda kv: (len(kv[0]), sorted(kv[0])))],
+                "system_step_s": self.system_step_s, "reference_step_s": self.reference_step_s,
+                "gap_s": self.gap_s, "shares_s": self.shares_s, "rest_s": self.rest_s}
+
+    def format(self) -> str:
+        ms = lambda s: f"{s * 1e3:.3f}"
+        title = (f"{self.model}: {self.system} ({ms(self.system_step_s)} ms) vs {self.reference} "
+                 f"({ms(self.reference_step_s)} ms), plan at every point: {self.plan}")
+        lines = [title, "=" * len(title)]
+        for f, kv in self.factors.items():
+            what = ", ".join(f"{k} {self.base[k]:g} -> {v:g}" for k, v in kv.items())
+            lines.append(f"  {f:<18} {what}")
+        lines.append(f"{'factors on':<46} {'step ms':>9}")
+        for S, t in sorted(self.steps_s.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
+            lines.append(f"{(' + '.join(sorted(S)) or 'none (' + self.system + ')'):<46} {ms(t):>9}")
+        gap = self.gap_s
+        pct = lambda s: f"{100 * s / gap:5.1f} % of the gap" if gap else ""
+        lines.append(f"Shapley shares (average over every order of switching the factors on), of the "
+                     f"{ms(gap)} ms gap:")
+        for f, s in self.shares_s.items():
+            lines.append(f"  {f:<18} {ms(s):>9} ms  {pct(s)}")
+        lines.append(f"  {'everything else':<18} {ms(self.rest_s):>9} ms  {pct(self.rest_s)}")
+        return "\n".join(lines)
+
+
+def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float]] | None = None, *,
+              plan="search", iterations: int | None = None, seed: int = 0, reference_plan=None) -> Attribution:
+    """The step-time gap between `system` and `reference` split into factor shares (see the module doc).
+
+    system, reference: Systems or preset names/paths (the factors move `system` towards `reference`);
+    factors: {name: {knob: value}} (default: default_factors); plan, iterations, seed: the planner
+    used at every combination (analysis.planning; searched by default); reference_plan: the
+    reference's (default: the same planner; give one where `plan` is a plan fixed for `system`).
+    """
+    system, reference, model = as_system(system), as_system(reference), as_model(model)
+    make = planner(plan, iterations=iterations, seed=seed)
+    factors = default_factors(system, reference, model) if factors is None else factors
+    if not isinstance(factors, Mapping) or not factors or not all(isinstance(v, Mapping) and v for v in factors.values()):
+        raise ConfigError("", "factors", "must map each factor's name to {knob: value}, at least one factor; "
+                          f"got {factors!r}" + (" (the two systems share every default factor)" if not factors else ""))
+    if len(factors) > 6:
+        raise ConfigError("", "factors", f"has {len(factors)} factors: 2^k re-planned points; give at most 6")
+    knobs = list(dict.fromkeys(k for kv in factors.values() for k in kv))
+    owners = [[f for f, kv in factors.items() if k in kv] for k in knobs]
+    twice = [k for k, o in zip(knobs, owners) if len(o) > 1]
+    if twice:
+        raise ConfigError("", "factors", f"knob {twice[0]!r} is set by more than one factor; each knob belongs to one")
+    state = _state(system, model)
+    K.check_applies(knobs, state)
+    base = {k: K.knob(k).decode(K.knob(k).encode(K.knob(k).get(state))) for k in knobs}
+    names = list(factors)
+    steps_s = {}
+    for S, kv in combinations(factors):      # each combination its own plan (the hardware differs)
+        s, m = moved(system, model, kv)
+        steps_s[S] = float(evaluate(s, m, make(s, m)).step_s)
+    ref_make = make if reference_plan is None else planner(reference_plan, iterations=iterations, seed=seed)
+    ref_step = float(evaluate(reference, model, ref_make(reference, model)).step_s)
+    worth = {S: -t for S, t in steps_s.items()}          # a factor's worth: the step time it saves
+    shares = shapley(worth, names)
+    return Attribution(system.name, reference.name, model.name, make.label,
+                       {f: {k: float(v) for k, v in kv.items()} for f, kv in factors.items()},
+                       {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares)

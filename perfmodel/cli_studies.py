@@ -1,0 +1,141 @@
+"""The studies of `perfmodel` that answer with the plan each machine wants: sensitivity (elasticities
+of the optimized step, with re-searched finite differences) and compare (systems side by side, each
+with its own plan, and the attribution of the gap between two of them)."""
+
+from __future__ import annotations
+
+import json
+
+from .config import ConfigError
+
+
+def _planner(args):
+    from .analysis.planning import planner
+    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
+
+
+def _add_plan(p) -> None:
+    p.add_argument("--plan", help="search (default: a fixed-round search per system), greedy, or a plan JSON")
+    p.add_argument("--iterations", type=int, help="search rounds per system (default: analysis.STUDY_ITERATIONS)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+
+
+# ------------------------------------------------------------------------------------------ sensitivity
+
+def _cmd_sensitivity(args) -> int:
+    from . import load_model, load_system
+    from .analysis.sensitivity import format_sensitivity, sensitivity
+    from .analysis.table import records
+
+    if args.replan < 0:
+        raise ConfigError("", "--replan", f"must be an integer >= 0 (parameters to re-search), got {args.replan}")
+    system = load_system(args.system, chip=args.chip)
+    model = load_model(args.model)
+    make = _planner(args)
+    table = sensitivity(system, model, make, metric=args.metric, replan=args.replan, h=args.h)
+    if args.json:
+        print(json.dumps({"system": system.name, "model": model.name, "metric": args.metric, "plan": make.label,
+                          "h": args.h if args.replan else None, "rows": records(table)}, indent=1))
+        return 0
+    top = None if args.top == 0 else args.top
+    title = f"{model.name} on {system.name}, plan: {make.label}: elasticities of {args.metric}"
+    print(format_sensitivity(table, args.metric, top, title))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+COMPARE_COLUMNS = (  # (header, SI column, scale to the unit shown, format)
+    ("step ms", "step_s", 1e3, "{:.3f}"), ("M samples/s", "samples_per_s", 1e-6, "{:.2f}"),
+    ("exposed comm ms", "exposed_comm_s", 1e3, "{:.3f}"), ("MFU %", "mfu", 100.0, "{:.2f}"),
+    ("$ / M samples", "usd_per_million_samples", 1.0, "{:.4f}"), ("mJ / sample", "joules_per_sample", 1e3, "{:.3f}"),
+    ("power kW", "power_W", 1e-3, "{:.1f}"))
+
+
+def _cmd_compare(args) -> int:
+    from . import evaluate, load_model, load_system
+    from .analysis.attribution import attribute
+    from .analysis.readout import si_column
+    from .analysis.scaling import compare
+    from .analysis.table import columns
+
+    names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not names:
+        raise ConfigError("", "--systems", f"{args.systems!r} lists no system; give names, e.g. mtia300-64,h100-64")
+    if args.attribute and len(names) != 2:
+        raise ConfigError("", "--attribute", f"attributes the gap between two systems; --systems lists {len(names)}")
+    model = load_model(args.model)
+    make = _planner(args)
+    systems = [load_system(n) for n in names]
+    plans = {s.name: make(s, model) for s in systems}
+    table = compare(systems, model, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
+    c = columns(table)
+    att = None
+    if args.attribute:   # the slower system gets the faster one's features
+        steps = dict(zip(c["system"], si_column(table, "step_s")))
+        slow, fast = sorted(systems, key=lambda s: -steps[s.name])
+        att = attribute(slow, fast, model, plan=make)
+    if args.json:
+        out = {"model": model.name, "plan": make.label,
+               "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
+                           for i in range(len(names))],
+               "plans": {k: p.to_dict() for k, p in plans.items()}}
+        if att is not None:
+            out["attribution"] = att.to_dict()
+        print(json.dumps(out, indent=1))
+        return 0
+    title = f"{model.name}, each system with its own plan: {make.label}"
+    lines = [title, "=" * len(title)]
+    width = max(len("system"), *(len(n) for n in c["system"]))
+    lines.append(f"{'system':<{width}} {'chips':>5}  " + "  ".join(f"{h:>{max(len(h), 8)}}" for h, *_ in COMPARE_COLUMNS)
+                 + "  fits")
+    for i in range(len(c["system"])):
+        cells = []
+        for h, col, scale, fmt in COMPARE_COLUMNS:
+            cells.append(f"{fmt.format(float(si_column(table, col)[i]) * scale):>{max(len(h), 8)}}")
+        lines.append(f"{c['system'][i]:<{width}} {int(c['chips'][i]):>5}  " + "  ".join(cells)
+                     + f"  {'yes' if c['feasible'][i] else 'NO'}")
+    print("\n".join(lines))
+    if att is not None:
+        print()
+        print(att.format())
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ parser
+
+def register(sub) -> None:
+    """Add sensitivity and compare to the `perfmodel` subparsers."""
+    se = sub.add_parser(
+        "sensitivity", help="elasticities of the optimized step time (or cost) w.r.t. every hardware parameter",
+        description="d log(metric) / d log(parameter) for every hardware parameter of SYSTEM (one jax.grad at the "
+                    "searched plan by default), ranked by size: +1 %% in the parameter changes the metric by "
+                    "elasticity %%. At a fixed optimal plan this is the optimized step's elasticity for continuous "
+                    "plan choices (envelope theorem); discrete ones (sharding, placement) make it the slope of the "
+                    "plan's branch. --replan K re-searches at x(1 +- h) for the top K parameters with a knob: where "
+                    "the two differ, a plan switch is near and the re-searched figure is the one to trust.")
+    se.add_argument("--system", required=True, help="system preset or TOML path")
+    se.add_argument("--model", required=True, help="model preset or TOML path")
+    se.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
+    _add_plan(se)
+    se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
+    se.add_argument("--replan", type=int, default=0, metavar="K",
+                    help="re-searched central differences for the top K parameters with a sweep knob (2K searches)")
+    se.add_argument("--h", type=float, default=0.1, help="relative step of --replan's differences (default 0.1)")
+    se.add_argument("--top", type=int, default=15, help="rows to print (0: all; default 15)")
+    se.add_argument("--json", action="store_true", help="print every parameter as JSON records")
+    se.set_defaults(func=_cmd_sensitivity)
+
+    co = sub.add_parser(
+        "compare", help="systems side by side, each with its own plan; --attribute splits the gap of two",
+        description="MODEL on each of SYSTEMS with the plan that system wants (a fixed-round search by default): "
+                    "step time, throughput, exposed communication, MFU, cost, energy and power. --attribute (two "
+                    "systems): the slower one gets the faster one's NIC attachment, message engines and bandwidth "
+                    "split, re-planned at each of the 2^k on/off combinations, and each factor's Shapley share of "
+                    "the gap is printed (perfmodel/analysis/attribution.py).")
+    co.add_argument("--systems", required=True, help="comma-separated systems, e.g. mtia300-64,h100-64")
+    co.add_argument("--model", required=True, help="model preset or TOML path")
+    _add_plan(co)
+    co.add_argument("--attribute", action="store_true", help="attribute the gap between the two systems")
+    co.add_argument("--json", action="store_true", help="print the table, the plans (and the attribution) as JSON")
+    co.set_defaults(func=_cmd_compare)
