@@ -19,6 +19,7 @@ from .plan import from_arrays
 from .workload import EmbeddingTables, RankingModel, load_model, model_names
 from .analysis import KNOBS, knob, plan_for, planner, sensitivity, set_knobs, sweep
 from .analysis.scaling import compare, scaling
+from .analysis.attribution import attribute
 from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
 from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
@@ -30,7 +31,7 @@ __all__ = [
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
     "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",
     "ShardCosts", "load_shard_costs",
-    "KNOBS", "knob", "plan_for", "planner", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
+    "KNOBS", "knob", "plan_for", "planner", "sensitivity", "set_knobs", "sweep", "compare", "scaling", "attribute",
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",
 ]

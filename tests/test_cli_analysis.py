@@ -4,7 +4,6 @@ import contextlib
 import csv
 import io
 import json
-import re
 
 import pytest
 
