@@ -130,7 +130,6 @@ def _eligible(table, system, model, plan_arrays, h: float, k: int) -> list[tuple
     """(row, knob, knob value) of the first k ranked rows whose knob moves their leaf by (1 +- h)."""
     from . import knobs as K
     c = columns(table)
-    paths, _ = jax.tree_util.tree_flatten_with_path(system)
     leaf_of = {p: i for i, (p, *_) in enumerate(leaf_info(system))}
     out = []
     for i in range(len(c["rank"])):
@@ -144,7 +143,7 @@ def _eligible(table, system, model, plan_arrays, h: float, k: int) -> list[tuple
         if kn.choices or kn.integer or (kn.applies and kn.applies(state)):
             continue
         v = float(kn.get(state))
-        if not (kn.lo <= v * (1 - h) and v * (1 + h) <= kn.hi) or v == 0:
+        if v == 0 or not (kn.lo <= v * (1 - h) and v * (1 + h) <= kn.hi):
             continue
         # the knob must move this leaf in proportion (a knob may set a neighbour, e.g. ports vs port bandwidth)
         j = leaf_of[c["path"][i]]
