@@ -32,7 +32,8 @@ torchrec:
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
-# make figures: regenerate the README's pictures (docs/img/*.png) from the presets, about 2 minutes.
+# make figures: redraw the README's pictures (docs/img/*.png, each with its JSON of numbers and plans) from the
+# presets, a searched plan per point (tests/test_figures.py checks them against the model).
 .PHONY: figures
 figures: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m perfmodel.figures docs/img

@@ -1,22 +1,32 @@
-"""The README's figures, from the presets in this repo, by one command:
+"""The README's figures, from the presets in this repo and searched plans, by one command:
 
-    python -m perfmodel.figures docs/img                 # all (make figures); about 2 minutes on 2 cores
+    python -m perfmodel.figures docs/img                 # all (make figures)
     python -m perfmodel.figures docs/img --only tradeoff
 
-  breakdown.png  dlrm-dcnv2-mlperf on mtia300-64, h100-64, h200-64: where the step goes
-  tradeoff.png   step time vs scale-out NIC bandwidth: integrated vs PCIe NIC, engines vs core-driven,
-                 on an H100 host and on MTIA 300
-  timeline.png   one step of dlrm-dcnv2-mlperf on mtia300-64 and on h100-64, per device and stream
-  scaling.png    dlrm-dcnv2-mlperf on mtia300 and h100, 16 to 256 chips, strong and weak
-  pareto.png     throughput vs power and vs cost per sample across the 64-chip systems
+  breakdown.png    dlrm-dcnv2-mlperf on mtia300-64, h100-64, h200-64: where the step goes
+  attribution.png  the h100-64 vs mtia300-64 gap: integrated NIC, message engines, bandwidth split
+                   (Shapley shares, every combination re-searched; analysis.attribution)
+  tradeoff.png     step time vs scale-out NIC bandwidth: integrated vs PCIe NIC, engines vs
+                   core-driven, on an H100 host and on MTIA 300
+  timeline.png     one step of dlrm-dcnv2-mlperf on mtia300-64 and on h100-64, per device and stream
+  scaling.png      dlrm-dcnv2-mlperf on mtia300 and h100, 16 to 256 chips, strong and weak
+  pareto.png       throughput vs power and vs cost per sample across the 64-chip systems
 
-This command rewrites these files in the folder it is given (they are its output); the `perfmodel
-plot` subcommands never overwrite.
+Every point of every figure is evaluated with its own searched plan (analysis.planning: the
+study setting, STUDY_ITERATIONS rounds, seed 0), so a figure shows what each machine does with the
+plan it wants. Beside each PNG goes a JSON of what it drew: per point the system, the knob values
+and global batch that make the point, the plan (Plan.to_dict) and the figures read off its
+evaluation, plus the command and settings. tests/test_figures.py re-evaluates the stored plans with
+the current model and compares: a model change that moves a figure fails until the figures are
+redrawn. This command rewrites these files in the folder it is given (they are its output); the
+`perfmodel plot` subcommands never overwrite.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -25,8 +35,72 @@ from pathlib import Path
 MODEL = "dlrm-dcnv2-mlperf"
 SYSTEMS = ("mtia300-64", "h100-64", "h200-64")
 PARETO_SYSTEMS = ("mtia300-64", "h100-64", "h200-64", "b200-64", "gaudi3-64", "h100cap-64")
-TRADEOFF = {"scale_out_bandwidth_GBps": "12.5:400:12:log", "nic_attach_pcie": [0, 1], "offload_engines": [0, 16]}
+ATTRIBUTION = ("h100-64", "mtia300-64")       # (system, reference): the H100 gets MTIA 300's features
+# six bandwidths a factor of two apart: each point is its own search, so the curve has few points
+TRADEOFF = {"scale_out_bandwidth_GBps": [12.5, 25, 50, 100, 200, 400], "nic_attach_pcie": [0, 1],
+            "offload_engines": [0, 16]}
 MTIA_PCIE_GBPS = 630    # a PCIe-attached MTIA NIC as on a GPU host: one Gen5 x16 (~63 GB/s) per active 800G port
+SCALING_CHIPS = (16, 64, 256)
+SCHEMA = 1
+
+
+# ------------------------------------------------------------------------------------------ points
+
+def numbers(bd, system) -> dict[str, float]:
+    """What a figure reads off one evaluation: the step, throughput, cost, energy, power, and the
+    slowest device's phases (the breakdown's compute bar) with the communication phases' maxima."""
+    import numpy as np
+    from .evaluate import COMM_PHASES
+    from .trace import COMPUTE_PHASES
+    comp = np.asarray(bd.compute_s)
+    d = int(np.argmax(comp))
+    thr = float(bd.samples_per_s)
+    out = {"step_s": float(bd.step_s), "samples_per_s": thr, "exposed_comm_s": float(bd.exposed_comm_s),
+           "comm_busy_s": float(bd.comm_s), "mfu": float(bd.mfu), "feasible": float(bool(bd.feasible)),
+           "usd_per_million_samples": float(bd.usd_per_million_samples),
+           "joules_per_sample": float(bd.joules_per_sample), "power_W": float(bd.joules_per_sample) * thr,
+           "slowest_device": float(d), "interference_slowest_s": float(np.asarray(bd.interference_s)[d])}
+    for p in COMPUTE_PHASES:
+        out[f"{p}_slowest_s"] = float(np.asarray(bd.phase_s[p])[d])
+    for p in COMM_PHASES:
+        out[f"{p}_max_s"] = float(np.max(np.asarray(bd.phase_s[p])))
+    return out
+
+
+def problem(point: dict, model):
+    """(system, model) of a stored point: the preset, its knob values, its global batch."""
+    import jax.numpy as jnp
+    from . import load_system
+    from .analysis.attribution import moved
+    if point.get("global_batch") is not None:
+        model = dataclasses.replace(model, global_batch=jnp.asarray(point["global_batch"], jnp.float32))
+    return moved(load_system(point["system"]), model, point.get("knobs") or {})
+
+
+class Points:
+    """Each point's searched plan and evaluation, once per run (figures share points), and its record."""
+
+    def __init__(self, model, make):
+        self.model, self.make, self.done = model, make, {}
+
+    def __call__(self, system: str, knobs: dict | None = None, global_batch: float | None = None):
+        """(Breakdown, record) of the preset `system` with `knobs` set and the global batch given."""
+        from . import evaluate
+        key = (system, tuple(sorted((knobs or {}).items())), global_batch)
+        if key not in self.done:
+            point = {"system": system, "knobs": dict(knobs or {}), "global_batch": global_batch}
+            s, m = problem(point, self.model)
+            plan = self.make(s, m)
+            bd = evaluate(s, m, plan)
+            self.done[key] = (bd, dict(point, chips=s.num_chips, plan=plan.to_dict(), values=numbers(bd, s)))
+        return self.done[key]
+
+
+def write_json(out: Path, name: str, points: list[dict], make, **extra) -> None:
+    data = {"schema": SCHEMA, "figure": f"{name}.png", "model": MODEL,
+            "command": f"make figures (python -m perfmodel.figures {out} --only {name})",
+            "plan": make.label, "iterations": make.iterations, "seed": make.seed, **extra, "points": points}
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _fig(nrows, ncols, size):
@@ -34,89 +108,153 @@ def _fig(nrows, ncols, size):
     return plt.subplots(nrows, ncols, figsize=size, layout="constrained", squeeze=False)
 
 
-def breakdown(out: Path, model):
-    from . import plots
-    from .analysis.scaling import evaluate_systems
-    ax = plots.breakdown(evaluate_systems(SYSTEMS, model),
-                         title=f"{model.name} on 64 chips: where the step goes (slowest device)")
-    plots.save_figure(ax, out / "breakdown.png", overwrite=True)
-
-
-def tradeoff(out: Path, model):
-    from . import load_system, plots
-    from .analysis import sweep
-    fig, axes = _fig(1, 2, (13, 4.8))
-    h100 = load_system("h100-64")
-    plots.tradeoff(sweep(h100, model, TRADEOFF), ax=axes[0, 0],
-                   title="h100-64 (NVLink scale-up; one NIC per GPU)")
-    mtia = load_system("mtia300-64")
-    vary = dict(TRADEOFF, pcie_bandwidth_GBps=[MTIA_PCIE_GBPS])
-    plots.tradeoff(sweep(mtia, model, vary), ax=axes[0, 1],
-                   title=f"mtia300-64 (NICs carry scale-up too; PCIe case: {MTIA_PCIE_GBPS} GB/s of PCIe)")
-    fig.suptitle(f"{model.name}: step time vs scale-out NIC bandwidth (plan fixed: each system's default)",
-                 fontsize=11)
-    plots.save_figure(fig, out / "tradeoff.png", overwrite=True)
-
-
-def timeline(out: Path, model):
-    from . import default_plan, evaluate, load_system, plots
-    fig, axes = _fig(2, 1, (11, 7.5))
-    for ax, name in zip(axes[:, 0], ("mtia300-64", "h100-64")):
-        s = load_system(name)
-        plots.timeline(evaluate(s, model, default_plan(s, model)), ax=ax, max_devices=2, model=model,
-                       title=f"{model.name} on {name}: one step (slowest and fastest device)")
-    plots.save_figure(fig, out / "timeline.png", overwrite=True)
-
-
-def scaling(out: Path, model):
+def _table(rows: list[dict], keys: list[str]):
     import numpy as np
+    from .analysis.table import make_table
+    return make_table({k: np.asarray([r[k] for r in rows]) for k in keys})
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+def breakdown(out: Path, pts: Points):
     from . import plots
-    from .analysis.scaling import scaling as run
-    from .analysis.table import columns, make_table
+    res = {name: pts(name) for name in SYSTEMS}
+    ax = plots.breakdown({k: bd for k, (bd, _) in res.items()},
+                         title=f"{MODEL} on 64 chips, each with its searched plan: where the step goes (slowest device)")
+    plots.save_figure(ax, out / "breakdown.png", overwrite=True)
+    write_json(out, "breakdown", [r for _, r in res.values()], pts.make)
+
+
+def attribution(out: Path, pts: Points):
+    from . import load_system, plots
+    from .analysis.attribution import combinations, default_factors, shapley
+    sys_name, ref_name = ATTRIBUTION
+    system, reference = load_system(sys_name), load_system(ref_name)
+    factors = default_factors(system, reference, pts.model)
+    combos = combinations(factors)
+    recs = [pts(sys_name, knobs)[1] for _, knobs in combos]
+    steps = {S: r["values"]["step_s"] for (S, _), r in zip(combos, recs)}
+    ref = pts(ref_name)[1]
+    shares = shapley({S: -t for S, t in steps.items()}, list(factors))
+    base, every, goal = steps[frozenset()], steps[frozenset(factors)], ref["values"]["step_s"]
+    labels = [sys_name] + [f"+ {f}" for f in factors] + ["everything else", ref_name]
+    fig, axes = _fig(1, 1, (9, 4.6))
+    plots.waterfall(base, [-shares[f] for f in factors] + [goal - every], goal, labels, ax=axes[0, 0],
+                    title=f"{MODEL}: {sys_name} given {ref_name}'s features, each combination re-searched "
+                          f"(Shapley shares; {pts.make.label})")
+    plots_save(fig, out / "attribution.png")
+    write_json(out, "attribution", recs + [ref], pts.make, system=sys_name, reference=ref_name,
+               factors=factors, combinations=[sorted(S) for S, _ in combos],
+               shares_s=shares, gap_s=base - goal, rest_s=every - goal)
+
+
+def plots_save(fig, path: Path) -> None:
+    from . import plots
+    plots.save_figure(fig, path, overwrite=True)
+
+
+def tradeoff(out: Path, pts: Points):
+    import itertools
+    from . import plots
     fig, axes = _fig(1, 2, (13, 4.8))
-    for ax, fam in zip(axes[0], ("mtia300-64", "h100-64")):
-        tables = [columns(run(fam, model, (16, 64, 256), mode=m)) for m in ("strong", "weak")]
-        table = make_table({k: np.concatenate([t[k] for t in tables]) for k in tables[0]})
-        plots.scaling(table, ax=ax, title=f"{model.name} on {fam.rsplit('-', 1)[0]}")
-    plots.save_figure(fig, out / "scaling.png", overwrite=True)
+    records = []
+    for ax, name, extra, title in (
+            (axes[0, 0], "h100-64", {}, "h100-64 (NVLink scale-up; one NIC per GPU)"),
+            (axes[0, 1], "mtia300-64", {"pcie_bandwidth_GBps": MTIA_PCIE_GBPS},
+             f"mtia300-64 (NICs carry scale-up too; PCIe case: {MTIA_PCIE_GBPS} GB/s of PCIe)")):
+        rows = []
+        for values in itertools.product(*TRADEOFF.values()):
+            knobs = dict(zip(TRADEOFF, values), **extra)
+            _, rec = pts(name, knobs)
+            records.append(rec)
+            rows.append(dict(knobs, step_s=rec["values"]["step_s"], feasible=bool(rec["values"]["feasible"])))
+        plots.tradeoff(_table(rows, [*TRADEOFF, "step_s", "feasible"]), ax=ax, title=title)
+    fig.suptitle(f"{MODEL}: step time vs scale-out NIC bandwidth (each point with its searched plan: "
+                 f"{pts.make.label})", fontsize=11)
+    plots_save(fig, out / "tradeoff.png")
+    write_json(out, "tradeoff", records, pts.make, vary=TRADEOFF)
 
 
-def pareto(out: Path, model):
+def timeline(out: Path, pts: Points):
+    from . import plots
+    fig, axes = _fig(2, 1, (11, 7.5))
+    recs = []
+    for ax, name in zip(axes[:, 0], ("mtia300-64", "h100-64")):
+        bd, rec = pts(name)
+        recs.append(rec)
+        plots.timeline(bd, ax=ax, max_devices=2, model=pts.model,
+                       title=f"{MODEL} on {name}, searched plan: one step (slowest and fastest device)")
+    plots_save(fig, out / "timeline.png")
+    write_json(out, "timeline", recs, pts.make)
+
+
+def scaling(out: Path, pts: Points):
+    from . import plots
+    fig, axes = _fig(1, 2, (13, 4.8))
+    records, series = [], {}
+    b0 = float(pts.model.global_batch)
+    for ax, fam in zip(axes[0], ("mtia300", "h100")):
+        rows = []
+        for mode in ("strong", "weak"):
+            mine = []
+            for n in SCALING_CHIPS:
+                batch = None if mode == "strong" else round(b0 * n / SCALING_CHIPS[0])
+                _, rec = pts(f"{fam}-{n}", global_batch=None if batch == b0 else batch)
+                records.append(rec)
+                mine.append(dict(chips=n, mode=mode, samples_per_s=rec["values"]["samples_per_s"]))
+            thr0 = mine[0]["samples_per_s"]
+            for r in mine:
+                r["efficiency"] = r["samples_per_s"] / thr0 / (r["chips"] / SCALING_CHIPS[0])
+            rows += mine
+            series[f"{fam} {mode}"] = {str(r["chips"]): {"samples_per_s": r["samples_per_s"],
+                                                         "efficiency": r["efficiency"]} for r in mine}
+        plots.scaling(_table(rows, ["chips", "mode", "samples_per_s", "efficiency"]), ax=ax,
+                      title=f"{MODEL} on {fam}, searched plan per size")
+    plots_save(fig, out / "scaling.png")
+    write_json(out, "scaling", records, pts.make, chips=list(SCALING_CHIPS), series=series)
+
+
+def pareto(out: Path, pts: Points):
     from . import plots
     from .analysis.scaling import compare
-    table = compare(PARETO_SYSTEMS, model)
+    res = {name: pts(name) for name in PARETO_SYSTEMS}
+    table = compare(PARETO_SYSTEMS, pts.model, breakdowns={k: bd for k, (bd, _) in res.items()})
     fig, axes = _fig(1, 2, (13, 4.8))
     plots.pareto(table, x="power_W", ax=axes[0, 0], title="throughput vs power (all hosts)")
     plots.pareto(table, ax=axes[0, 1], title="throughput vs cost (equal placeholder prices per chip)")
-    fig.suptitle(f"{model.name} on 64 chips of each system", fontsize=11)
-    plots.save_figure(fig, out / "pareto.png", overwrite=True)
+    fig.suptitle(f"{MODEL} on 64 chips of each system, each with its searched plan ({pts.make.label})", fontsize=11)
+    plots_save(fig, out / "pareto.png")
+    write_json(out, "pareto", [r for _, r in res.values()], pts.make)
 
 
-FIGURES = {"breakdown": breakdown, "tradeoff": tradeoff, "timeline": timeline, "scaling": scaling, "pareto": pareto}
+FIGURES = {"breakdown": breakdown, "attribution": attribution, "tradeoff": tradeoff, "timeline": timeline,
+           "scaling": scaling, "pareto": pareto}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfmodel.figures", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("folder", help="where to write the PNGs (created if missing)")
+    ap.add_argument("folder", help="where to write the PNGs and their JSON (created if missing)")
     ap.add_argument("--only", help="comma-separated subset of: " + ", ".join(FIGURES))
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
     matplotlib.use("Agg")
-    from . import load_model
+    from . import enable_compile_cache, load_model
+    from .analysis.planning import planner
     names = [n.strip() for n in args.only.split(",")] if args.only else list(FIGURES)
     bad = [n for n in names if n not in FIGURES]
     if bad:
         print(f"perfmodel.figures: error: unknown figure {bad[0]!r}; known: {', '.join(FIGURES)}", file=sys.stderr)
         return 2
+    enable_compile_cache()
     out = Path(args.folder)
     out.mkdir(parents=True, exist_ok=True)
-    model = load_model(MODEL)
+    pts = Points(load_model(MODEL), planner("search", seed=0))
     for n in names:
         t = time.perf_counter()
-        FIGURES[n](out, model)
-        print(f"wrote {out / (n + '.png')} ({time.perf_counter() - t:.1f} s)")
+        FIGURES[n](out, pts)
+        print(f"wrote {out / (n + '.png')} and {n}.json ({time.perf_counter() - t:.1f} s)", flush=True)
     return 0
 
 

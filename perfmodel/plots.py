@@ -303,6 +303,35 @@ def pareto(table, x: str = "usd_per_million_samples", y: str = "samples_per_s", 
     return ax
 
 
+# ------------------------------------------------------------------------------------------ waterfall
+
+def waterfall(start_s: float, deltas_s: list[float], end_s: float, labels: list[str], ax=None,
+              title: str | None = None):
+    """Step time from `start_s` through each delta (green: faster, red: slower) to `end_s`, e.g. an
+    attribution's shares then its rest; labels: the start, one per delta, the end."""
+    ax = _ax(ax, (9, 4.6))
+    ms = 1e3
+    bottoms, heights, colors, level = [0.0], [start_s * ms], ["#7f7f7f"], start_s * ms
+    for d in deltas_s:
+        bottoms.append(min(level, level + d * ms))
+        heights.append(abs(d) * ms)
+        colors.append("#2ca02c" if d < 0 else "#d62728")
+        level += d * ms
+    bottoms.append(0.0)
+    heights.append(end_s * ms)
+    colors.append("#1f77b4")
+    ax.bar(range(len(labels)), heights, bottom=bottoms, color=colors)
+    for i, (b, h, d) in enumerate(zip(bottoms, heights, [None, *deltas_s, None])):
+        ax.text(i, b + h, f"{h:.3f} ms" if d is None else f"{d * ms:+.3f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylabel("step time [ms]")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
 # ------------------------------------------------------------------------------------------ timeline
 
 def timeline(bd: Breakdown, ax=None, devices: list[int] | None = None, max_devices: int = 4,
