@@ -149,9 +149,12 @@ class Attribution:
         for f, kv in self.factors.items():
             what = ", ".join(f"{k} {self.base[k]:g} -> {v:g}" for k, v in kv.items())
             lines.append(f"  {f:<18} {what}")
-        lines.append(f"{'factors on':<46} {'step ms':>9}")
-        for S, t in sorted(self.steps_s.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
-            lines.append(f"{(' + '.join(sorted(S)) or 'none (' + self.system + ')'):<46} {ms(t):>9}")
+        order = sorted(self.steps_s.items(), key=lambda kv: (len(kv[0]), sorted(kv[0])))
+        names = [" + ".join(f for f in self.factors if f in S) or f"none ({self.system})" for S, _ in order]
+        width = max(len("factors on"), *map(len, names))
+        lines.append(f"{'factors on':<{width}} {'step ms':>9}")
+        for name, (_, t) in zip(names, order):
+            lines.append(f"{name:<{width}} {ms(t):>9}")
         gap = self.gap_s
         pct = lambda s: f"{100 * s / gap:5.1f} % of the gap" if gap else ""
         lines.append(f"Shapley shares (average over every order of switching the factors on), of the "
