@@ -109,8 +109,8 @@ def register(sub) -> None:
     se = sub.add_parser(
         "sensitivity", help="elasticities of the optimized step time (or cost) w.r.t. every hardware parameter",
         description="d log(metric) / d log(parameter) for every hardware parameter of SYSTEM (one jax.grad at the "
-                    "searched plan by default), ranked by size: +1 %% in the parameter changes the metric by "
-                    "elasticity %%. At a fixed optimal plan this is the optimized step's elasticity for continuous "
+                    "searched plan by default), ranked by size: +1 % in the parameter changes the metric by "
+                    "elasticity %. At a fixed optimal plan this is the optimized step's elasticity for continuous "
                     "plan choices (envelope theorem); discrete ones (sharding, placement) make it the slope of the "
                     "plan's branch. --replan K re-searches at x(1 +- h) for the top K parameters with a knob: where "
                     "the two differ, a plan switch is near and the re-searched figure is the one to trust.")
