@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from .cli import check_plan_output
+from .cli import add_chips, check_plan_output, load_system_arg, system_flags
 from .config import ConfigError
 from .search.api import ITERATIONS, ROUND_WORK, default_iterations
 
@@ -20,6 +20,7 @@ def register(sub) -> None:
                     "Times in seconds (the table prints ms), throughput in samples/s, budget in seconds of "
                     "wall time, compile included.")
     p.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a TOML path")
+    add_chips(p)
     p.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a TOML path")
     p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed and --iterations give the same "
@@ -50,13 +51,13 @@ def register(sub) -> None:
 
 
 def _cmd_search(args) -> int:
-    from . import load_model, load_system
+    from . import load_model
     from .report import summary
     from .search.api import search
     from .search.methods import METHODS, SAMPLERS
 
     check_plan_output(args.out)            # before the search: it may run for its whole budget
-    system = load_system(args.system, chip=args.chip)
+    system = load_system_arg(args)
     model = load_model(args.model)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
     for m in methods:
@@ -137,7 +138,7 @@ def _cmd_search(args) -> int:
             print(f"(the table's {chosen.method} row is at the chosen value; "
                   f"{', '.join(r.method for r in results[1:])} at the preset's)")
     if args.out is not None:
-        print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
+        print(f"\nplan written to {args.out} (perfmodel evaluate {system_flags(args)} --model {args.model} --plan {args.out})")
     return 0
 
 
