@@ -21,8 +21,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
 
-CHIPS_HELP = ("chips in the system: the family (a preset's or a TOML's) at this size, in place of the size in "
-              "the preset's name or a TOML's smallest size; whole domains and hosts, e.g. --chips 32")
+CHIPS_HELP = ("the system at N chips (whole scale-up domains and hosts), in place of the size in a preset's name "
+              "or a TOML's first size, e.g. --chips 32")
 
 
 def add_chips(p: argparse.ArgumentParser, help: str = CHIPS_HELP) -> None:

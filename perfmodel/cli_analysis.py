@@ -313,8 +313,7 @@ def register(sub) -> None:
     pl.add_argument("--plan", help="plan JSON (timeline); default: the greedy default plan")
     pl.add_argument("--vary", action="append", metavar="KNOB=VALUES", help="tradeoff knobs (default: "
                     + " ".join(DEFAULT_TRADEOFF) + ")")
-    add_chips(pl, help="scaling: the chip counts, a list, e.g. 16,64,256; tradeoff and timeline: the system's "
-                       "chips, one N (" + CHIPS_HELP.split(": ", 1)[1] + ")")
+    add_chips(pl, help="scaling: a list of chip counts, e.g. 16,64,256; tradeoff and timeline: " + CHIPS_HELP)
     pl.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
     pl.add_argument("--x", choices=("usd", "power"), help="pareto: cost (usd, default) or power on the x axis")
     pl.add_argument("--devices", help="timeline: ranks to show")

@@ -83,7 +83,7 @@ def test_plot_breakdown_refuses_chips_and_scaling_keeps_its_list(tmp_path):
                         "--out", str(tmp_path / "b.png")])
     assert code == 2 and "field '--chips': does not apply to plot breakdown" in err
     helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["plot"]._actions}
-    assert "scaling: the chip counts, a list, e.g. 16,64,256" in helps["chips"]
+    assert "scaling: a list of chip counts, e.g. 16,64,256" in helps["chips"]
 
 
 def test_python_chips_names_the_argument_and_the_family_file():
