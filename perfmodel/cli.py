@@ -192,6 +192,12 @@ def _register_search(sub) -> None:
     register(sub)
 
 
+def _register_tables(sub) -> None:
+    """import-tables (perfmodel/cli_tables.py)."""
+    from .cli_tables import register
+    register(sub)
+
+
 def _register_fidelity(sub) -> None:
     """validate (published collective measurements) and calibrate (the local JAX device)."""
     def cmd_validate(args) -> int:
@@ -296,13 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=_cmd_cache)
     _register_analysis(sub)
     _register_search(sub)
+    _register_tables(sub)
     _register_fidelity(sub)
     return parser
 
 
 # arguments that name a file, a preset or a list: an empty one is a mistake, never "not given"
 _NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "out", "plot", "data", "measurements",
-              "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y")
+              "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y", "csv", "dense",
+              "name", "torchrec_module")
 
 
 def _refuse_empty(args) -> None:

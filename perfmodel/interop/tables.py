@@ -132,8 +132,9 @@ def _poolings(t: Any, features: tuple[str, ...], given: Any, src: str, where: st
         elif given is not None and not isinstance(given, Mapping):
             out.append(_number(given, "", "pooling_factors"))
         else:
-            raise ConfigError(src, field, f"is missing for feature {f!r}: give the table a pooling_factor, or "
-                              "pooling_factors={feature: mean lookups per sample} (or one number for every feature)")
+            raise ConfigError(src, field, f"is missing for feature {f!r}: give the table a pooling_factor (mean "
+                              "lookups per sample), or a default for every feature (pooling_factors= in Python, "
+                              "a number or {feature: lookups}; --pooling-factor to import-tables)")
     return tuple(out)
 
 
@@ -188,7 +189,7 @@ def read_tables(tables: Any, pooling_factors: Any = None, src: str = "") -> list
         names[tb.name] = where
         for f in tb.features:
             if f in owner:
-                raise ConfigError(src, f"{where}.feature_names", f"feature {f!r} is also on table {owner[f]!r}; "
+                raise ConfigError(src, f"{where} ({tb.name!r}).feature_names", f"feature {f!r} is also on table {owner[f]!r}; "
                                   "a feature reads one table")
             owner[f] = tb.name
         out.append(tb)
@@ -234,7 +235,7 @@ def read_tables_csv(path: str | Path) -> list[tuple[int, dict]]:
 
 def _dense_layers(layers: list[dict], tables: list[Table], preset_dims: list[float], src: str) -> list[dict]:
     """The preset's layers with the widths that depend on the tables recomputed (module docstring)."""
-    layers = [dict(layer) for layer in layers]
+    layers = [{k: list(v) if isinstance(v, list) else v for k, v in layer.items()} for layer in layers]
     bottom = [i for i, layer in enumerate(layers) if layer.get("stage") == "bottom"]
     top = [i for i, layer in enumerate(layers) if layer.get("stage") != "bottom"]
     dims = sorted({t.dim for t in tables})
@@ -344,13 +345,14 @@ def model_from_tables(tables: Any, *, pooling_factors: Any = None, dense: Any = 
 # ------------------------------------------------------------------------------------ writing
 
 def model_file_text(data: dict, tables: list[Table], src: str, origin: str, command: str,
-                    batch_given: bool = False) -> str:
-    """A model file holding `data` (model_dict's), a source comment on every table and setting."""
+                    batch_given: bool = False, preset_layers: list[dict] = ()) -> str:
+    """A model file holding `data` (model_dict's), a source comment on every table and setting;
+    a layer size that differs from `preset_layers`' says it follows the tables."""
     v = json.dumps          # a JSON scalar or list of them is a TOML value
     emb = data["embeddings"]
-    out = [f"# Built by `{command}`: the tables from {src} (one source line per table, its CSV row),",
-           f"# the dense part and the other settings from the model preset {origin}, the widths that",
-           "# depend on the tables recomputed from them (perfmodel/interop/tables.py).", "",
+    out = [f"# Built by `{command}`:", f"# the tables from {src} (one source line per table: its CSV row), the dense part",
+           f"# and the other settings from the model preset {origin}, the layer sizes that depend on the",
+           "# tables recomputed from them (perfmodel/interop/tables.py).", "",
            f"name = {v(data['name'])}", f"description = {v(data['description'])}"]
     for key in ("global_batch", "dense_dtype", "param_bytes", "activation_bytes", "dense_optimizer"):
         if key in data:
@@ -371,11 +373,12 @@ def model_file_text(data: dict, tables: list[Table], src: str, origin: str, comm
                       ("features", "feature_names"), ("sequence", "pooling NONE")):
         if key in emb:
             out.append(f"{key} = {v(emb[key])}  # source: {src} {what}, in the order of names")
-    for layer in data["dense"]["layers"]:
+    for i, layer in enumerate(data["dense"]["layers"]):
         out += ["", "[[dense.layers]]"]
+        before = preset_layers[i] if i < len(preset_layers) else layer
         for key, value in layer.items():
             out.append(f"{key} = {v(value)}".ljust(36) + f"# source: {origin}" + (
-                ", recomputed from the tables" if key in ("input", "width", "features", "dim", "widths") else ""))
+                f", {v(before.get(key))} there; follows the tables" if before.get(key) != value else ""))
     return "\n".join(out) + "\n"
 
 
@@ -389,5 +392,6 @@ def import_tables(csv_path: str | Path, out: str | Path, *, dense: Any = "dlrm-d
     data, origin = model_dict(tables, dense, global_batch, name or Path(csv_path).stem, str(csv_path))
     model = parse_model(data, str(csv_path))          # every check before anything is written
     command = command or f"perfmodel import-tables {csv_path} --dense {dense} --out {out}"
-    write_new(out, model_file_text(data, tables, str(csv_path), origin, command, global_batch is not None))
+    preset = read_file(_resolve("models", dense)).get("dense", {}).get("layers", []) if isinstance(dense, (str, Path)) else []
+    write_new(out, model_file_text(data, tables, str(csv_path), origin, command, global_batch is not None, preset))
     return model

@@ -187,8 +187,9 @@ def to_torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, mod
 
 def load_torchrec_plan(path: str | Path):
     """TorchRec's ShardingPlan of a JSON written by `perfmodel search --format torchrec`."""
-    _torchrec_types()
-    return sharding_plan(read_file(path), str(path))
+    data = read_file(path)
+    _check_dict(data, str(path))          # a bad file is a ConfigError whether or not torchrec is here
+    return sharding_plan(data, str(path))
 
 
 def save_torchrec_plan(data: dict, path: str | Path) -> None:
