@@ -26,7 +26,11 @@ def register(sub) -> None:
 
 
 def _cmd_import_tables(args) -> int:
+    from .config import ConfigError
     from .interop.tables import import_tables
+    if args.pooling_factor is not None and not 1e-3 <= args.pooling_factor <= 1e5:
+        raise ConfigError("", "--pooling-factor", f"must be a number of lookups per sample from 0.001 to 1e5, got "
+                          f"{args.pooling_factor:g}")
     command = "perfmodel import-tables " + " ".join(shlex.quote(a) for a in [args.csv, "--dense", args.dense] + (
         ["--batch", str(args.batch)] if args.batch is not None else []) + (
         ["--pooling-factor", f"{args.pooling_factor:g}"] if args.pooling_factor is not None else []) + (

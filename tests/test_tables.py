@@ -214,3 +214,11 @@ def test_readme_torchrec_path_runs_with_a_stand_in(monkeypatch):
     exec(compile(body, str(README), "exec"), scope)
     tables = scope["sharding_plan"]["plan"]["sparse_arch.embedding_bag_collection"]
     assert set(tables) == {c.name for c in scope["tables"]}
+
+
+def test_numpy_scalars_read_as_numbers():
+    """Tables built from arrays (a data frame's rows) hold numpy scalars."""
+    rows = [dict(name="t", num_embeddings=np.int64(1000), embedding_dim=np.int32(64), feature_names=["a"])]
+    m = pm.model_from_tables(rows, pooling_factors={"a": np.float32(2.5)})
+    assert float(m.tables.rows[0]) == 1000 and float(m.tables.pooling[0]) == 2.5
+    assert main(["import-tables", "x.csv", "--pooling-factor", "0", "--out", "never.toml"]) == 2

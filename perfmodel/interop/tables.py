@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 from ..config import ConfigError, Num, check_number, read_file, shown
 from ..hardware import _resolve
 from ..schema import MAX_TABLES, MODEL
@@ -61,8 +63,10 @@ def _get(t: Any, key: str, default: Any = None) -> Any:
     """A field of a table, by key (dict, CSV row) or by attribute (EmbeddingBagConfig)."""
     if isinstance(t, Mapping):
         v = t.get(key, default)
-        return default if v == "" else v        # an empty CSV cell is a value not given
-    return getattr(t, key, default)
+        v = default if isinstance(v, str) and v == "" else v      # an empty CSV cell is a value not given
+    else:
+        v = getattr(t, key, default)
+    return v.item() if isinstance(v, np.generic) else v         # numpy scalars (a table built from arrays)
 
 
 def _enum_name(v: Any) -> Any:
@@ -128,7 +132,8 @@ def _poolings(t: Any, features: tuple[str, ...], given: Any, src: str, where: st
     out = []
     for f in features:
         if isinstance(given, Mapping) and f in given:
-            out.append(_number(given[f], "", f"pooling_factors[{f!r}]"))
+            value = given[f]
+            out.append(_number(value.item() if isinstance(value, np.generic) else value, "", f"pooling_factors[{f!r}]"))
         elif given is not None and not isinstance(given, Mapping):
             out.append(_number(given, "", "pooling_factors"))
         else:
