@@ -181,7 +181,7 @@ def _cmd_cache(args) -> int:
 
 
 def _register_analysis(sub) -> None:
-    """sweep, sensitivity, trace and plot (perfmodel/cli_analysis.py)."""
+    """sweep, scaling, sensitivity, trace and plot (perfmodel/cli_analysis.py)."""
     from .cli_analysis import register
     register(sub)
 
