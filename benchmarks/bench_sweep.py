@@ -104,7 +104,7 @@ def warm_start(system, model, vary, cold) -> None:
     from perfmodel.analysis import set_knobs
     from perfmodel.analysis.sweep import _dummy_plan
     pa = _dummy_plan(system, model)
-    for rounds in (50, 100):
+    for rounds in (50,):
         make = pm.analysis.planner("search", iterations=rounds)
         steps, prev = [], None
         t = time.perf_counter()
