@@ -387,6 +387,7 @@ def register(sub) -> None:
         description="Write one training step as a Chrome trace: a process per device (a sample when there are "
                     "many), threads for the compute stream, the communication stream and compute idle time.")
     tr.add_argument("--system", required=True, help="system preset or TOML path")
+    add_chips(tr)
     tr.add_argument("--model", required=True, help="model preset or TOML path")
     tr.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     _add_planning(tr)
