@@ -134,3 +134,9 @@ def test_fixed_plan_sweep_sharded_over_two_devices_equals_one_device():
                             plan=pm.default_plan(s, pm.load_model(MODEL))))
     assert got["devices"] == 2
     assert np.allclose(got["step_ms"], here["step_ms"], rtol=1e-6)
+
+
+def test_a_plan_that_cannot_be_pickled_is_one_error_on_the_pool():
+    with pytest.raises(pm.ConfigError, match=r"field 'executor': the jobs cannot be sent to other processes"):
+        pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0, 400.0]},
+                 plan=lambda s, m: pm.default_plan(s, m), executor="process", workers=2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import pickle
 import socket
 
 from ..config import ConfigError
@@ -89,6 +90,12 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
     if executor == "serial" or (executor in (None, "process") and (len(jobs) <= 1 or workers == 1)):
         return [fn(*job) for job in jobs]
     folder = _cache_folder()
+    if not isinstance(executor, cf.ThreadPoolExecutor):
+        try:
+            pickle.dumps(jobs[0])
+        except Exception as err:                  # noqa: BLE001 - any pickling failure means the same
+            raise ConfigError("", "executor", f"the jobs cannot be sent to other processes ({err}); give a "
+                              "module-level function as the plan, or executor='serial'") from None
     if isinstance(executor, cf.Executor):
         return [f.result() for f in [executor.submit(_in_worker, folder, fn, job) for job in jobs]]
     if executor == "ray":
