@@ -1,14 +1,21 @@
-"""The trade-off subcommands of `perfmodel`: sweep, trace, plot (sensitivity and compare: cli_studies.py).
+"""The trade-off subcommands of `perfmodel`: sweep, scaling, trace, plot (sensitivity and compare: cli_studies.py).
 
 Every output file (--out, --plot) must not exist yet: the command checks them all before it
 computes anything and stops with one line naming the file otherwise (exit code 2).
+
+sweep, scaling, trace and plot evaluate the plan `--plan` makes for each system or point: a search
+(the default; --iterations rounds, --seed), greedy, or a plan file; the plan is named in every
+table, title and JSON. A sweep whose points fail in part prints them at the end and exits 0; if
+every point failed it exits 1.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
+from .cli import CHIPS_HELP, add_chips
 from .config import ConfigError
 
 PLOT_KINDS = ("breakdown", "tradeoff", "scaling", "pareto", "timeline")
@@ -21,9 +28,9 @@ def _agg():
 
 
 def _load(args, system_attr: str = "system"):
-    from . import load_model, load_system
-    system = load_system(getattr(args, system_attr), chip=getattr(args, "chip", None))
-    return system, load_model(args.model)
+    from . import load_model
+    from .cli import load_system_arg
+    return load_system_arg(args, system_attr), load_model(args.model)
 
 
 def _plan(args, system, model):
@@ -89,11 +96,36 @@ def _at_least_one(value: int, flag: str) -> None:
         raise ConfigError("", flag, f"must be an integer >= 1, got {value}")
 
 
+def _planner(args):
+    """The Planner of --plan, --iterations and --seed."""
+    from .analysis.planning import planner
+    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
+
+
+def _where(args) -> dict:
+    """executor, workers and ray_address of --workers and --ray, checked before any work."""
+    from .analysis import executors
+    executors.check_workers(args.workers, "--workers")
+    if args.ray:
+        executors.check_address(args.ray, "--ray")
+    return dict(executor="ray" if args.ray else None, workers=args.workers, ray_address=args.ray)
+
+
 # ------------------------------------------------------------------------------------------ sweep
+
+SWEEP_COLUMNS = ["step_ms", "samples_per_s", "exposed_comm_ms", "interference_max_ms", "mfu", "memory_max_GB",
+                 "feasible"]
+
+
+def _failures(table, knob_names) -> list[str]:
+    """'knob=value, ...: why' for every point of a sweep table that could not be evaluated."""
+    from .analysis.table import records
+    return [", ".join(f"{n}={r[n]}" for n in knob_names) + f": {r['error']}" for r in records(table) if r["error"]]
+
 
 def _cmd_sweep(args) -> int:
     from .analysis import knobs, sweep
-    from .analysis.table import format_table, records, save_table
+    from .analysis.table import format_table, num_rows, records, save_table
 
     if args.list_knobs:
         print(knobs.describe())
@@ -106,11 +138,14 @@ def _cmd_sweep(args) -> int:
         raise ConfigError("", "--x", f"{x!r} is not one of the varied knobs ({', '.join(vary)})")
     if args.plot and knobs.knob(x).choices:
         raise ConfigError("", "--x", f"{x!r} is a choice, not a number; name a numeric knob for the plot's x axis")
+    make = _planner(args)
+    where = _where(args)
     system, model = _load(args)
-    plan = "replan" if args.plan == "replan" else _plan(args, system, model)
     t0 = time.perf_counter()
-    table = sweep(system, model, vary, plan=plan, paired=args.paired)
+    table = sweep(system, model, vary, plan=make, paired=args.paired, **where)
     wall = time.perf_counter() - t0
+    failed = _failures(table, list(vary))
+    n = num_rows(table)
     if args.out:
         save_table(table, args.out)
     if args.plot:
@@ -119,19 +154,55 @@ def _cmd_sweep(args) -> int:
         ax = plots.sweep_lines(table, x, args.y, title=f"{model.name} on {system.name}: {ylabel} vs {x}")
         plots.save_figure(ax, args.plot)
     if args.json:
-        print(json.dumps({"system": system.name, "model": model.name, "plan": args.plan or "default",
+        print(json.dumps({"system": system.name, "model": model.name, "plan": make.label,
+                          "rows": records(table)}, indent=1))
+    else:
+        print(f"{model.name} on {system.name}: {n} points ({'paired' if args.paired else 'grid'}), plan: "
+              f"{make.label}{' per point' if make.per_point else ', fixed'}; {wall:.2f} s")
+        print(format_table(table, list(vary) + SWEEP_COLUMNS + ["plan"]))
+        for p, what in ((args.out, "table"), (args.plot, "plot")):
+            if p:
+                print(f"wrote {what}: {p}")
+    if failed:
+        print(f"{len(failed)} of {n} points failed:\n  " + "\n  ".join(failed), file=sys.stderr)
+    return 1 if len(failed) == n else 0
+
+
+# ------------------------------------------------------------------------------------------ scaling
+
+SCALING_COLUMNS = ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "plan"]
+
+
+def _scaling_table(args, model, make):
+    """Strong, weak or both scaling tables of --system at --chips, as one table."""
+    import numpy as np
+    from .analysis.scaling import scaling
+    from .analysis.table import columns, make_table
+    _need(args, "chips")
+    chips = _ints(args.chips, "--chips", "chip counts")
+    modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
+    tables = [columns(scaling(args.system, model, chips, mode=m, plan=make)) for m in modes]
+    return make_table({k: np.concatenate([t[k] for t in tables]) for k in tables[0]})
+
+
+def _cmd_scaling(args) -> int:
+    from . import load_model
+    from .analysis.table import format_table, records, save_table
+
+    _check_outputs((args.out, "table"))
+    make = _planner(args)
+    model = load_model(args.model)
+    table = _scaling_table(args, model, make)
+    if args.out:
+        save_table(table, args.out)
+    if args.json:
+        print(json.dumps({"system": args.system, "model": model.name, "plan": make.label,
                           "rows": records(table)}, indent=1))
         return 0
-    plan_txt = {"replan": "re-planned per point (default plan)", None: "default plan of the base system, fixed"}
-    n = len(next(iter(table[k] for k in table)))
-    print(f"{model.name} on {system.name}: {n} points ({'paired' if args.paired else 'grid'}), plan: "
-          f"{plan_txt.get(args.plan, args.plan)}; {wall:.2f} s")
-    cols = list(vary) + ["step_s", "samples_per_s", "exposed_comm_s", "interference_max_s", "mfu",
-                         "memory_max_bytes", "feasible"]
-    print(format_table(table, cols))
-    for p, what in ((args.out, "table"), (args.plot, "plot")):
-        if p:
-            print(f"wrote {what}: {p}")
+    print(f"{model.name} on {args.system}'s family: scaling ({args.mode}), plan: {make.label} per size")
+    print(format_table(table, SCALING_COLUMNS))
+    if args.out:
+        print(f"wrote table: {args.out}")
     return 0
 
 
@@ -154,15 +225,16 @@ def _cmd_trace(args) -> int:
 
     _check_outputs((args.out, "trace"))
     _at_least_one(args.max_devices, "--max-devices")
+    make = _planner(args)
     system, model = _load(args)
     devices = _devices(args, system)
-    plan = _plan(args, system, model)
-    bd = evaluate(system, model, plan)
-    tr = chrome_trace(bd, model, devices=devices, max_devices=args.max_devices, title=f"{model.name} on {system.name}")
+    bd = evaluate(system, model, make(system, model))
+    tr = chrome_trace(bd, model, devices=devices, max_devices=args.max_devices,
+                      title=f"{model.name} on {system.name}, plan: {make.label}")
     save_trace(tr, args.out)
     n = sum(1 for e in tr["traceEvents"] if e["ph"] == "X")
-    print(f"wrote {args.out}: one step of {model.name} on {system.name} ({float(bd.step_s) * 1e3:.3f} ms), "
-          f"devices {tr['otherData']['shown_devices']} of {system.num_chips}, {n} slices; "
+    print(f"wrote {args.out}: one step of {model.name} on {system.name} ({float(bd.step_s) * 1e3:.3f} ms, plan: "
+          f"{make.label}), devices {tr['otherData']['shown_devices']} of {system.num_chips}, {n} slices; "
           "open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 
@@ -174,22 +246,27 @@ def _cmd_plot(args) -> int:
     _at_least_one(args.max_devices, "--max-devices")
     from . import load_model, plots
     from .analysis import sweep
-    from .analysis.scaling import compare, evaluate_systems, scaling
+    from .analysis.scaling import compare, evaluate_systems
 
     kind = args.kind
+    make = _planner(args)
+    where = _where(args)
     model = load_model(args.model)
     if kind in ("breakdown", "pareto"):
         _need(args, "systems")
+        if args.chips is not None:
+            raise ConfigError("", "--chips", f"does not apply to plot {kind}: name each system at its size in "
+                              "--systems (e.g. mtia300-64,h100-64)")
         names = [s.strip() for s in args.systems.split(",") if s.strip()]
         if not names:
             raise ConfigError("", "--systems", f"{args.systems!r} lists no system; give names, e.g. mtia300-64,h100-64")
-        bds = evaluate_systems(names, model)
+        bds = evaluate_systems(names, model, plan=make)
         if kind == "breakdown":
-            ax = plots.breakdown(bds, title=f"{model.name}: where the step goes (slowest device)")
+            ax = plots.breakdown(bds, title=f"{model.name}: where the step goes (slowest device; plan: {make.label})")
         else:
             x = {"usd": "usd_per_million_samples", "power": "power_W"}[args.x or "usd"]
-            ax = plots.pareto(compare(names, model, breakdowns=bds), x=x, title=f"{model.name}: throughput vs "
-                              + ("cost" if x.startswith("usd") else "power"))
+            ax = plots.pareto(compare(names, model, plan=make, breakdowns=bds), x=x,
+                              title=f"{model.name}: throughput vs " + ("cost" if x.startswith("usd") else "power"))
     else:
         _need(args, "system")
         if kind == "tradeoff":
@@ -197,24 +274,18 @@ def _cmd_plot(args) -> int:
             vary = _varies(args.vary or DEFAULT_TRADEOFF)
             if "scale_out_bandwidth_GBps" not in vary:
                 raise ConfigError("", "--vary", "plot tradeoff needs scale_out_bandwidth_GBps among the knobs")
-            table = sweep(system, model, vary)
+            table = sweep(system, model, vary, plan=make, **where)
             ax = plots.tradeoff(table, title=f"{model.name} on {system.name}: step time vs scale-out NIC bandwidth")
         elif kind == "scaling":
-            _need(args, "chips")
-            chips = _ints(args.chips, "--chips", "chip counts")
-            modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
-            tables = [scaling(args.system, model, chips, mode=m) for m in modes]
-            from .analysis.table import columns, make_table
-            import numpy as np
-            cols = {k: np.concatenate([columns(t)[k] for t in tables]) for k in columns(tables[0])}
-            ax = plots.scaling(make_table(cols), title=f"{model.name} on {args.system.rsplit('-', 1)[0]}: scaling")
+            ax = plots.scaling(_scaling_table(args, model, make),
+                               title=f"{model.name} on {args.system.rsplit('-', 1)[0]}: scaling")
         else:  # timeline
             from . import evaluate
             system, _ = _load(args)
             devices = _devices(args, system)
-            bd = evaluate(system, model, _plan(args, system, model))
+            bd = evaluate(system, model, make(system, model))
             ax = plots.timeline(bd, devices=devices, max_devices=args.max_devices, model=model,
-                                title=f"{model.name} on {system.name}: one step")
+                                title=f"{model.name} on {system.name}: one step (plan: {make.label})")
     plots.save_figure(ax, args.out)
     print(f"wrote {args.out}")
     return 0
@@ -222,42 +293,66 @@ def _cmd_plot(args) -> int:
 
 # ------------------------------------------------------------------------------------------ parser
 
-def _add_problem(p) -> None:
-    """The arguments that name one problem: system, model, optional chip and plan."""
-    p.add_argument("--system", required=True, help="system preset or TOML path")
-    p.add_argument("--model", required=True, help="model preset or TOML path")
-    p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    p.add_argument("--plan", help="plan JSON; default: the greedy default plan")
+def _add_planning(p, executors: bool = False) -> None:
+    """--plan, --iterations, --seed (and --workers, --ray where points are searched in parallel)."""
+    p.add_argument("--plan", help="search (default: a search per system or point), greedy, or a plan JSON (fixed; "
+                                  "it must fit every system)")
+    p.add_argument("--iterations", type=int, help="search rounds per system or point (default "
+                                                  "perfmodel.analysis.STUDY_ITERATIONS, 150)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    if executors:
+        p.add_argument("--workers", type=int, help="processes searching points in parallel (default: the cores)")
+        p.add_argument("--ray", metavar="ADDRESS", help="search points on the Ray cluster at ADDRESS (host:port), or "
+                                                        "'local' to start one here (pip install 'perfmodel[distributed]')")
 
 
 def register(sub) -> None:
-    """Add sweep, trace and plot to the `perfmodel` subparsers."""
+    """Add sweep, scaling, trace and plot to the `perfmodel` subparsers."""
     sw = sub.add_parser(
         "sweep", help="the model over a grid (or paired lists) of hardware, workload and plan knobs",
-        description="Evaluate MODEL on SYSTEM at every point of a grid of knob values, in one vectorized call. "
+        description="Evaluate MODEL on SYSTEM at every point of a grid of knob values, each hardware point with "
+                    "the plan --plan makes for it (searched in parallel), in one vectorized evaluation. "
                     "Values: a:b:n (n points, linear), a:b:n:log (geometric), or x,y,z. "
-                    "`--list-knobs` lists every knob with its unit. Output files are never overwritten.")
+                    "`--list-knobs` lists every knob with its unit. Failed points are listed at the end; the exit "
+                    "code is 1 only if every point failed. Output files are never overwritten.")
     sw.add_argument("--system", help="system preset (e.g. mtia300-64) or TOML path")
+    add_chips(sw)
     sw.add_argument("--model", help="model preset (e.g. rec-150b) or TOML path")
     sw.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     sw.add_argument("--vary", action="append", metavar="KNOB=VALUES",
                     help="a knob and its values, e.g. scale_out_bandwidth_GBps=25:400:16 (repeat for a grid)")
     sw.add_argument("--paired", action="store_true", help="pair the value lists (equal lengths) instead of a grid")
-    sw.add_argument("--plan", help="plan JSON (fixed), or 'replan' to re-plan at every point; default: the base "
-                                   "system's default plan, fixed")
+    _add_planning(sw, executors=True)
     sw.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
     sw.add_argument("--plot", help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
     sw.add_argument("--x", help="knob on the plot's x axis (default: the first --vary)")
-    sw.add_argument("--y", default="step_s", help="column on the plot's y axis (default step_s)")
+    sw.add_argument("--y", default="step_ms", help="column on the plot's y axis (default step_ms)")
     sw.add_argument("--list-knobs", action="store_true", help="describe every knob and exit")
     sw.add_argument("--json", action="store_true", help="print the table as JSON records")
     sw.set_defaults(func=_cmd_sweep)
+
+    sc = sub.add_parser(
+        "scaling", help="throughput and scaling efficiency of a system family at several chip counts",
+        description="MODEL on SYSTEM's family at each of --chips, strong (fixed global batch) and/or weak (batch "
+                    "per chip fixed) scaling, each size with the plan --plan makes for it.")
+    sc.add_argument("--system", required=True, help="a system preset of the family (any size, e.g. h100-64)")
+    sc.add_argument("--model", required=True, help="model preset or TOML path")
+    sc.add_argument("--chips", required=True, help="chip counts, e.g. 16,64,256")
+    sc.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
+    _add_planning(sc)
+    sc.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
+    sc.add_argument("--json", action="store_true", help="print the table as JSON records")
+    sc.set_defaults(func=_cmd_scaling)
 
     tr = sub.add_parser(
         "trace", help="one step as Chrome trace-event JSON (Perfetto, chrome://tracing)",
         description="Write one training step as a Chrome trace: a process per device (a sample when there are "
                     "many), threads for the compute stream, the communication stream and compute idle time.")
-    _add_problem(tr)
+    tr.add_argument("--system", required=True, help="system preset or TOML path")
+    add_chips(tr)
+    tr.add_argument("--model", required=True, help="model preset or TOML path")
+    tr.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
+    _add_planning(tr)
     tr.add_argument("--out", required=True, help="trace JSON to write (never overwritten)")
     tr.add_argument("--devices", help="ranks to show, e.g. 0,7,63 (default: slowest, fastest, evenly spaced)")
     tr.add_argument("--max-devices", type=int, default=8, help="devices shown when sampling (default 8)")
@@ -269,16 +364,16 @@ def register(sub) -> None:
                     "bandwidth, integrated vs PCIe NIC, with and without offload engines (--system, --vary to "
                     "change); scaling: throughput and efficiency vs chips (--system, --chips, --mode); pareto: "
                     "throughput vs cost or power (--systems, --x usd|power); timeline: per-device Gantt chart "
-                    "of one step (--system, --plan, --devices).")
+                    "of one step (--system, --devices). Each system is evaluated with the plan --plan makes for it.")
     pl.add_argument("kind", choices=PLOT_KINDS)
     pl.add_argument("--model", required=True, help="model preset or TOML path")
     pl.add_argument("--systems", help="comma-separated systems (breakdown, pareto)")
     pl.add_argument("--system", help="one system (tradeoff, scaling: any size of the family, timeline)")
     pl.add_argument("--chip", help="replace the system's chip (tradeoff, timeline)")
-    pl.add_argument("--plan", help="plan JSON (timeline); default: the greedy default plan")
+    _add_planning(pl, executors=True)
     pl.add_argument("--vary", action="append", metavar="KNOB=VALUES", help="tradeoff knobs (default: "
                     + " ".join(DEFAULT_TRADEOFF) + ")")
-    pl.add_argument("--chips", help="scaling: chip counts, e.g. 16,64,256")
+    add_chips(pl, help="scaling: a list of chip counts, e.g. 16,64,256; tradeoff and timeline: " + CHIPS_HELP)
     pl.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
     pl.add_argument("--x", choices=("usd", "power"), help="pareto: cost (usd, default) or power on the x axis")
     pl.add_argument("--devices", help="timeline: ranks to show")

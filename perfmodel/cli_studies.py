@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from .cli import add_chips, load_system_arg
+from .cli_analysis import _add_planning
 from .config import ConfigError
 
 
@@ -14,22 +16,16 @@ def _planner(args):
     return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
 
 
-def _add_plan(p) -> None:
-    p.add_argument("--plan", help="search (default: a fixed-round search per system), greedy, or a plan JSON")
-    p.add_argument("--iterations", type=int, help="search rounds per system (default: analysis.STUDY_ITERATIONS)")
-    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
-
-
 # ------------------------------------------------------------------------------------------ sensitivity
 
 def _cmd_sensitivity(args) -> int:
-    from . import load_model, load_system
+    from . import load_model
     from .analysis.sensitivity import format_sensitivity, sensitivity
     from .analysis.table import records
 
     if args.replan < 0:
         raise ConfigError("", "--replan", f"must be an integer >= 0 (parameters to re-search), got {args.replan}")
-    system = load_system(args.system, chip=args.chip)
+    system = load_system_arg(args)
     model = load_model(args.model)
     make = _planner(args)
     table = sensitivity(system, model, make, metric=args.metric, replan=args.replan, h=args.h)
@@ -68,7 +64,7 @@ def _cmd_compare(args) -> int:
     make = _planner(args)
     systems = [load_system(n) for n in names]
     plans = {s.name: make(s, model) for s in systems}
-    table = compare(systems, model, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
+    table = compare(systems, model, plan=make, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
     c = columns(table)
     att = None
     if args.attribute:   # the slower system gets the faster one's features
@@ -115,9 +111,10 @@ def register(sub) -> None:
                     "plan's branch. --replan K re-searches at x(1 +- h) for the top K parameters with a knob: where "
                     "the two differ, a plan switch is near and the re-searched figure is the one to trust.")
     se.add_argument("--system", required=True, help="system preset or TOML path")
+    add_chips(se)
     se.add_argument("--model", required=True, help="model preset or TOML path")
     se.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    _add_plan(se)
+    _add_planning(se)
     se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
     se.add_argument("--replan", type=int, default=0, metavar="K",
                     help="re-searched central differences for the top K parameters with a sweep knob (2K searches)")
@@ -135,7 +132,7 @@ def register(sub) -> None:
                     "the gap is printed (perfmodel/analysis/attribution.py).")
     co.add_argument("--systems", required=True, help="comma-separated systems, e.g. mtia300-64,h100-64")
     co.add_argument("--model", required=True, help="model preset or TOML path")
-    _add_plan(co)
+    _add_planning(co)
     co.add_argument("--attribute", action="store_true", help="attribute the gap between the two systems")
     co.add_argument("--json", action="store_true", help="print the table, the plans (and the attribution) as JSON")
     co.set_defaults(func=_cmd_compare)

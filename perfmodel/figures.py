@@ -168,8 +168,8 @@ def tradeoff(out: Path, pts: Points):
             knobs = dict(zip(TRADEOFF, values), **extra)
             _, rec = pts(name, knobs)
             records.append(rec)
-            rows.append(dict(knobs, step_s=rec["values"]["step_s"], feasible=bool(rec["values"]["feasible"])))
-        plots.tradeoff(_table(rows, [*TRADEOFF, "step_s", "feasible"]), ax=ax, title=title)
+            rows.append(dict(knobs, step_ms=rec["values"]["step_s"] * 1e3, feasible=bool(rec["values"]["feasible"])))
+        plots.tradeoff(_table(rows, [*TRADEOFF, "step_ms", "feasible"]), ax=ax, title=title)
     fig.suptitle(f"{MODEL}: step time vs scale-out NIC bandwidth (each point with its searched plan: "
                  f"{pts.make.label})", fontsize=11)
     plots_save(fig, out / "tradeoff.png")
@@ -219,7 +219,7 @@ def pareto(out: Path, pts: Points):
     from . import plots
     from .analysis.scaling import compare
     res = {name: pts(name) for name in PARETO_SYSTEMS}
-    table = compare(PARETO_SYSTEMS, pts.model, breakdowns={k: bd for k, (bd, _) in res.items()})
+    table = compare(PARETO_SYSTEMS, pts.model, plan=pts.make, breakdowns={k: bd for k, (bd, _) in res.items()})
     fig, axes = _fig(1, 2, (13, 4.8))
     plots.pareto(table, x="power_W", ax=axes[0, 0], title="throughput vs power (all hosts)")
     plots.pareto(table, ax=axes[0, 1], title="throughput vs cost (equal placeholder prices per chip)")

@@ -37,11 +37,14 @@ INTERFERENCE = dict(color="#fb9a99", hatch="xx", edgecolor="#e31a1c", label="int
 EXPOSED = dict(color="#ffffff", hatch="///", edgecolor="#e31a1c", label="exposed communication (compute idle)")
 WAITING = dict(color="#f0f0f0", edgecolor="#bdbdbd", label="waiting (nothing running)")
 
-METRIC_LABELS = {
-    "step_s": ("step time [ms]", 1e3), "exposed_comm_s": ("exposed communication [ms]", 1e3),
-    "comm_busy_s": ("communication busy [ms]", 1e3), "compute_busy_max_s": ("compute busy, slowest device [ms]", 1e3),
-    "interference_max_s": ("interference [ms]", 1e3), "samples_per_s": ("throughput [M samples/s]", 1e-6),
-    "mfu": ("MFU [%]", 100.0), "memory_max_bytes": ("HBM per device, max [GB]", 1e-9),
+METRIC_LABELS = {     # table column -> (axis label, factor from the column's unit to the label's)
+    "step_ms": ("step time [ms]", 1.0), "exposed_comm_ms": ("exposed communication [ms]", 1.0),
+    "comm_busy_ms": ("communication busy [ms]", 1.0), "compute_busy_max_ms": ("compute busy, slowest device [ms]", 1.0),
+    "interference_max_ms": ("interference [ms]", 1.0), "samples_per_s": ("throughput [M samples/s]", 1e-6),
+    "mfu": ("MFU [%]", 100.0), "memory_max_GB": ("HBM per device, max [GB]", 1.0),
+    "host_memory_max_GB": ("host memory per device, max [GB]", 1.0),
+    "scale_out_link_GBps": ("scale-out link, effective [GB/s]", 1.0),
+    "scale_up_link_GBps": ("scale-up link, effective [GB/s]", 1.0),
     "usd_per_million_samples": ("cost [$ per million samples]", 1.0),
     "joules_per_sample": ("energy [mJ per sample]", 1e3), "power_W": ("power, all hosts [kW]", 1e-3),
     "slowdown_max": ("compute slowdown [x]", 1.0),
@@ -59,9 +62,17 @@ def _ax(ax, figsize=(8, 4.5)):
 def _metric(name: str) -> tuple[str, float]:
     if name in METRIC_LABELS:
         return METRIC_LABELS[name]
-    if name.endswith("_s"):
-        return f"{name} [ms]", 1e3
+    if name.endswith("_ms"):
+        return f"{name[:-3]} [ms]", 1.0
     return name, 1.0
+
+
+def _with_plan(title: str | None, c: dict) -> str | None:
+    """The title with the plan the table's rows were evaluated under (its `plan` column), if one."""
+    plans = list(dict.fromkeys(str(p) for p in c.get("plan", [])))
+    if len(plans) != 1:
+        return title
+    return f"{title} (plan: {plans[0]})" if title else f"plan: {plans[0]}"
 
 
 def _knob_label(name: str) -> str:
@@ -141,7 +152,7 @@ def breakdown(results, ax=None, title: str | None = None):
 
 # ------------------------------------------------------------------------------------------ sweeps
 
-def sweep_lines(table, x: str, y: str = "step_s", by: list[str] | None = None, ax=None,
+def sweep_lines(table, x: str, y: str = "step_ms", by: list[str] | None = None, ax=None,
                 logx: bool | None = None, title: str | None = None):
     """`y` against knob `x` of a sweep table, one line per combination of the `by` columns (default:
     every other knob column with more than one value). Infeasible points (over memory) get a red x."""
@@ -197,12 +208,13 @@ def sweep_lines(table, x: str, y: str = "step_s", by: list[str] | None = None, a
     ax.grid(alpha=0.3, which="both")
     if by:
         ax.legend(fontsize=8)
+    title = _with_plan(title, c)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
 
 
-def tradeoff(table, ax=None, y: str = "step_s", title: str | None = None):
+def tradeoff(table, ax=None, y: str = "step_ms", title: str | None = None):
     """Step time against scale-out NIC bandwidth, a line per NIC attachment / engine count (the
     other knob columns of the table)."""
     return sweep_lines(table, "scale_out_bandwidth_GBps", y, ax=ax,
@@ -252,7 +264,7 @@ def scaling(table, ax=None, title: str | None = None):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
-    ax.set_title(title or "Scaling: throughput and efficiency vs chips", fontsize=10)
+    ax.set_title(_with_plan(title or "Scaling: throughput and efficiency vs chips", c), fontsize=10)
     return ax
 
 
@@ -299,7 +311,7 @@ def pareto(table, x: str = "usd_per_million_samples", y: str = "samples_per_s", 
     ax.set_ylabel(yl)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(title or "Throughput vs " + xl.split(" [")[0], fontsize=10)
+    ax.set_title(_with_plan(title or "Throughput vs " + xl.split(" [")[0], c), fontsize=10)
     return ax
 
 

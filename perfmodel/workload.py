@@ -40,7 +40,9 @@ class EmbeddingTables:
     opt_bytes_per_element: jax.Array # optimizer state per element (Adam: 2 x fp32 = 8 B)
     bytes_per_element: jax.Array
     index_bytes: jax.Array
+    features: jax.Array              # features reading the table (TorchRec's feature_names); their lookups add up in pooling
     names: tuple[str, ...] = static(default=())
+    feature_names: tuple[tuple[str, ...], ...] = static(default=())   # per table; () where the file names none
 
     @property
     def count(self) -> int:
@@ -51,8 +53,9 @@ class EmbeddingTables:
         return self.dim * (self.bytes_per_element + self.opt_bytes_per_element) + self.opt_bytes_per_row
 
     def output_per_sample(self) -> jax.Array:
-        """Embedding vectors each table returns per sample: 1 (pooled) or pooling (sequence)."""
-        return 1.0 + self.sequence * (self.pooling - 1.0)
+        """Embedding vectors each table returns per sample: one per feature (pooled), or one per
+        lookup (sequence): features + sequence (pooling - features)."""
+        return self.features + self.sequence * (self.pooling - self.features)
 
 
 @_pytree
@@ -191,7 +194,6 @@ def _synthetic(s: Section, src: str) -> dict:
 
 def _parse_tables(s: Section, src: str) -> EmbeddingTables:
     num = _reader(s, MODEL, "embeddings")
-    bpe = num("bytes_per_element")
     opt = s.text("optimizer", EMB_OPTIMIZERS)
     idx = num("index_bytes")
     if s.has("synthetic"):
@@ -214,13 +216,32 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
         names = s.raw("names", [f"t{i}" for i in range(t)])
         if not isinstance(names, list) or len(names) != t or len(set(map(str, names))) != t:
             raise s.error("names", f"must be a list of {t} distinct names")
+    t = len(rows)
+    # one width for every table (a scalar leaf, as knobs set it), or one per table
+    bpe = (s.nums(MODEL["embeddings.bytes_per_element"].num(), t) if isinstance(s.data.get("bytes_per_element"), list)
+           else num("bytes_per_element"))
+    features = _feature_names(s, t)
     s.finish()
     opt_row, opt_elem = {"sgd": (0.0, 0.0), "rowwise_adagrad": (4.0, 0.0), "adam": (0.0, 8.0)}[opt]
     f = lambda x: jnp.asarray(x, jnp.float32)
     return EmbeddingTables(rows=f(rows), dim=f(dim), pooling=f(pool), access_skew=f(skew), sequence=f(seq),
                            opt_bytes_per_row=f(opt_row + 0.0 * np.asarray(dim)),
                            opt_bytes_per_element=f(opt_elem), bytes_per_element=f(bpe), index_bytes=f(idx),
-                           names=tuple(str(n) for n in names))
+                           features=f([max(len(fs), 1) for fs in features]), names=tuple(str(n) for n in names),
+                           feature_names=features)
+
+
+def _feature_names(s: Section, t: int) -> tuple[tuple[str, ...], ...]:
+    """[embeddings] features: per table, the names of the features that read it (several features
+    on one table each return their own pooled vector); optional, one feature per table by default."""
+    raw = s.raw("features", [])
+    if raw == []:
+        return ((),) * t
+    ok = isinstance(raw, list) and len(raw) == t and all(
+        isinstance(fs, list) and fs and all(isinstance(x, str) and x for x in fs) for fs in raw)
+    if not ok:
+        raise s.error("features", f"must be a list of {t} lists (one per table) of feature names, each list non-empty")
+    return tuple(tuple(fs) for fs in raw)
 
 
 def _gemm_count(kind: str, p: dict) -> int:

@@ -15,13 +15,14 @@ SMALL = ["--system", "h100-8", "--model", "dlrm-small"]
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
-    """Round-robin table-wise plans (cheap: no planner run) for h100-8 and mtia300-16, as JSON files."""
+    """Round-robin table-wise plans (cheap: no planner run) for h100-8 and mtia300-16, as JSON files; from
+    the last rank down, so that mtia300-16's does not fit h100-8."""
     import perfmodel as pm
     model = pm.load_model("dlrm-small")
     out = {}
     for name in ("h100-8", "mtia300-16"):
         s = pm.load_system(name)
-        plan = pm.Plan(tables={n: pm.TablePlan("table_wise", [i % s.num_chips])
+        plan = pm.Plan(tables={n: pm.TablePlan("table_wise", [s.num_chips - 1 - i % s.num_chips])
                                for i, n in enumerate(model.tables.names)}, offload=float(s.offload.engines) > 0)
         path = tmp_path_factory.mktemp("plans") / f"{name}.json"
         plan.save(path)
@@ -51,8 +52,10 @@ def test_sweep_writes_table_and_plot_and_never_overwrites(tmp_path, plans):
     assert code == 0 and err == "", err
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 6 and [float(r["scale_out_bandwidth_GBps"]) for r in rows[::2]] == [25.0, 62.5, 100.0]
-    assert {"step_s", "samples_per_s", "exposed_comm_s", "feasible", "dense_sync_busy_max_s"} <= set(rows[0])
-    assert all(float(r["step_s"]) > 0 for r in rows)
+    assert {"step_ms", "samples_per_s", "exposed_comm_ms", "feasible", "dense_sync_busy_max_ms", "memory_max_GB",
+            "scale_out_link_GBps", "plan", "error"} <= set(rows[0])
+    assert all(float(r["step_ms"]) > 0 and r["plan"] == "plan file h100-8.json" and r["error"] == "" for r in rows)
+    assert "plan: plan file h100-8.json, fixed" in stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "6 points (grid)" in stdout and f"wrote table: {out}" in stdout
     before = out.read_text()
@@ -71,6 +74,7 @@ def test_sweep_json_and_paired(plans):
     assert code == 0, err
     data = json.loads(stdout)
     assert data["system"] == "h100-8" and [r["a2a_precision"] for r in data["rows"]] == ["fp32", "bf16"]
+    assert data["plan"] == "plan file h100-8.json"
     assert [r["global_batch"] for r in data["rows"]] == [4096, 8192]
 
 
@@ -110,11 +114,12 @@ def test_trace_cli(tmp_path, plans):
 
 
 def test_plot_cli(tmp_path, plans):
-    for kind, extra in (("breakdown", ["--systems", "h100-8,mtia300-16"]),
+    for i, (kind, extra) in enumerate((("breakdown", ["--systems", "h100-8,mtia300-16", "--plan", "greedy"]),
+                        ("breakdown", ["--systems", "mtia300-16", "--plan", plans["mtia300-16"]]),
                         ("timeline", ["--system", "mtia300-16", "--plan", plans["mtia300-16"], "--max-devices", "2"]),
                         ("tradeoff", ["--system", "h100-8", "--vary", "scale_out_bandwidth_GBps=25,50,100",
-                                      "--vary", "nic_attach_pcie=0,1"])):
-        path = tmp_path / f"{kind}.png"
+                                      "--vary", "nic_attach_pcie=0,1", "--plan", "greedy"]))):
+        path = tmp_path / f"{kind}{i}.png"
         code, stdout, err = run(["plot", kind, "--model", "dlrm-small", *extra, "--out", str(path)])
         assert code == 0, (kind, err)
         assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
@@ -122,6 +127,27 @@ def test_plot_cli(tmp_path, plans):
         assert str(path) in line
     line = one_error_line(*run(["plot", "breakdown", "--model", "dlrm-small", "--out", str(tmp_path / "y.png")])[::2])
     assert "--systems" in line
+    # a plan file is honoured, and refused, naming the system, where it does not fit
+    line = one_error_line(*run(["plot", "breakdown", "--model", "dlrm-small", "--systems", "mtia300-16,h100-8",
+                                "--plan", plans["mtia300-16"], "--out", str(tmp_path / "z.png")])[::2])
+    assert "mtia300-16.json" in line and "does not fit h100-8" in line and not (tmp_path / "z.png").exists()
+
+
+def test_scaling_cli(tmp_path):
+    out = tmp_path / "scaling.csv"
+    code, stdout, err = run(["scaling", "--system", "h100-8", "--model", "dlrm-small", "--chips", "8,16",
+                             "--mode", "weak", "--plan", "greedy", "--out", str(out)])
+    assert code == 0, err
+    head, cols, *rows = stdout.splitlines()[:4]
+    assert "plan: greedy per size" in head
+    assert cols.split() == ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "plan"]
+    saved = list(csv.DictReader(out.open()))
+    assert [int(r["chips"]) for r in saved] == [8, 16] and [float(r["global_batch"]) for r in saved] == [4096, 8192]
+    assert float(saved[0]["efficiency"]) == 1.0 and {r["plan"] for r in saved} == {"greedy"}
+    eff = float(saved[1]["samples_per_s"]) / float(saved[0]["samples_per_s"]) / 2
+    assert float(saved[1]["efficiency"]) == pytest.approx(eff)
+    line = one_error_line(*run(["scaling", "--system", "h100-8", "--model", "dlrm-small", "--chips", "8,x"])[::2])
+    assert "--chips" in line
     line = one_error_line(*run(["plot", "scaling", "--model", "dlrm-small", "--system", "h100-8",
                                 "--out", str(tmp_path / "z.png")])[::2])
     assert "--chips" in line

@@ -167,9 +167,10 @@ def test_sweep_and_tradeoff_plots(mtia64, small, tmp_path):
     legend = [x.get_text() for x in ax.get_legend().get_texts()]
     assert "integrated NIC, core-driven collectives" in legend and "NIC behind PCIe, 16 offload engines" in legend
     assert ax.get_xlabel() == "scale_out_bandwidth_GBps [GB/s]" and ax.get_ylabel() == "step time [ms]"
+    assert ax.get_title() == "Step time vs scale-out NIC bandwidth (plan: given plan)"
     plots.save_figure(ax, tmp_path / "tradeoff.png")
     _png(tmp_path / "tradeoff.png")
-    ax = plots.sweep_lines(t, "scale_out_bandwidth_GBps", "exposed_comm_s", by=["nic_attach_pcie"])
+    ax = plots.sweep_lines(t, "scale_out_bandwidth_GBps", "exposed_comm_ms", by=["nic_attach_pcie"])
     assert len(ax.get_lines()) >= 2
     plt.close("all")
     with pytest.raises(pm.ConfigError, match="no column 'nope'"):

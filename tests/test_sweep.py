@@ -12,7 +12,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.analysis import KNOBS, parse_values, parse_vary, set_knobs, sweep
 from perfmodel.analysis import table as tbl
-from perfmodel.analysis.sweep import SUMMARY_UNITS
+from perfmodel.analysis.sweep import COLUMNS
 from perfmodel.evaluate import _evaluate
 from perfmodel.hardware import link_bandwidths
 from perfmodel.report import summary
@@ -65,36 +65,38 @@ def test_sweep_equals_pointwise_evaluation(mtia_small):
     vary = {"scale_out_bandwidth_GBps": [50.0, 400.0], "offload_engines": [0, 16],
             "a2a_precision": ["fp32", "bf16"], "global_batch": [4096, 16384]}
     t = tbl.columns(sweep(system, model, vary, plan=plan))
-    assert len(t["step_s"]) == 16
+    assert len(t["step_ms"]) == 16
     # grid order: the first knob varies slowest
     assert list(t["scale_out_bandwidth_GBps"][:8]) == [50.0] * 8
     assert list(t["global_batch"][:2]) == [4096, 16384]
-    assert list(t)[:4] == list(vary) and list(t)[4:] == list(SUMMARY_UNITS)
+    assert list(t)[:4] == list(vary) and list(t)[4:] == list(COLUMNS) + ["plan", "error"]
+    assert set(t["plan"]) == {"given plan"} and set(t["error"]) == {""}
     for i in range(16):
         s = _by_hand(system, t["scale_out_bandwidth_GBps"][i], t["offload_engines"][i])
         m = dataclasses.replace(model, global_batch=jnp.float32(t["global_batch"][i]))
         p = dataclasses.replace(plan, a2a_precision=str(t["a2a_precision"][i]))
         bd = _jitted()(s, m, pm.to_arrays(p, s, m))
         ref = summary(bd)
-        for key in ("step_s", "samples_per_s", "exposed_comm_s", "mfu", "memory_max_bytes", "comm_busy_s",
-                    "compute_busy_max_s", "interference_max_s", "usd_per_million_samples"):
-            assert t[key][i] == pytest.approx(ref[key], rel=2e-5, abs=1e-12), (i, key)
+        for col in ("step_ms", "samples_per_s", "exposed_comm_ms", "mfu", "memory_max_GB", "comm_busy_ms",
+                    "compute_busy_max_ms", "interference_max_ms", "usd_per_million_samples"):
+            key, factor = COLUMNS[col]
+            assert t[col][i] == pytest.approx(ref[key] * factor, rel=2e-5, abs=1e-12), (i, col)
         assert bool(t["feasible"][i]) == ref["feasible"]
         for p_ in pm.PHASES:
-            assert t[f"{p_}_busy_max_s"][i] == pytest.approx(float(np.max(bd.phase_s[p_])), rel=2e-5, abs=1e-12)
+            assert t[f"{p_}_busy_max_ms"][i] == pytest.approx(float(np.max(bd.phase_s[p_])) * 1e3, rel=2e-5, abs=1e-9)
         up, out = link_bandwidths(s)
-        assert t["scale_out_link_Bps"][i] == pytest.approx(t["scale_out_bandwidth_GBps"][i] * GB, rel=1e-5)
-        assert t["scale_up_link_Bps"][i] == pytest.approx(float(up), rel=1e-5)
+        assert t["scale_out_link_GBps"][i] == pytest.approx(t["scale_out_bandwidth_GBps"][i], rel=1e-5)
+        assert t["scale_up_link_GBps"][i] == pytest.approx(float(up) / GB, rel=1e-5)
     # the knob changed what it says: scale-up stays at the preset's 800 GB/s on MTIA 300
-    assert np.allclose(t["scale_up_link_Bps"], 800 * GB, rtol=1e-5)
+    assert np.allclose(t["scale_up_link_GBps"], 800, rtol=1e-5)
     # more scale-out bandwidth never slows the step; fp8/bf16 all-to-alls move half the bytes
-    assert np.all(t["step_s"][8:] <= t["step_s"][:8] * (1 + 1e-6))
-    assert np.all(t["output_dist_busy_max_s"][2::4] < t["output_dist_busy_max_s"][0::4])
+    assert np.all(t["step_ms"][8:] <= t["step_ms"][:8] * (1 + 1e-6))
+    assert np.all(t["output_dist_busy_max_ms"][2::4] < t["output_dist_busy_max_ms"][0::4])
     # preset names work as the objects do (sweep, compare)
     named = tbl.columns(sweep("mtia300-64", "dlrm-small", vary, plan=plan))
-    assert np.array_equal(named["step_s"], t["step_s"])
+    assert np.array_equal(named["step_ms"], t["step_ms"])
     row = tbl.columns(pm.compare(["mtia300-64"], "dlrm-small", plan=lambda s, m: plan))
-    assert row["step_s"][0] == pytest.approx(float(pm.evaluate(system, model, plan).step_s), rel=1e-6)
+    assert row["step_ms"][0] == pytest.approx(float(pm.evaluate(system, model, plan).step_s) * 1e3, rel=1e-6)
 
 
 def test_chunked_sweep_equals_separate_calls(mtia_small):
@@ -103,7 +105,7 @@ def test_chunked_sweep_equals_separate_calls(mtia_small):
     vary = {"scale_out_bandwidth_GBps": np.linspace(25, 400, 10), "offload_engines": [0, 16],
             "a2a_precision": ["fp32"], "global_batch": [4096]}
     whole = tbl.columns(sweep(system, model, vary, plan=plan, chunk=16))
-    assert len(whole["step_s"]) == 20
+    assert len(whole["step_ms"]) == 20
     for lo, hi in ((0, 16), (16, 20)):
         part = tbl.columns(sweep(system, model, {k: list(whole[k][lo:hi]) for k in vary}, plan=plan, paired=True))
         for k in whole:
@@ -121,15 +123,15 @@ def test_pcie_cap_dedicated_scale_up_and_engines(h100_8, small):
     t = tbl.columns(sweep(h100_8, small, vary, plan=plan))
     bw = t["scale_out_bandwidth_GBps"] * GB
     cap = np.where(t["nic_attach_pcie"] == 1, np.minimum(bw, 63 * GB), bw)
-    assert np.allclose(t["scale_out_link_Bps"], cap, rtol=1e-5)
-    assert np.allclose(t["scale_up_link_Bps"], 450 * GB, rtol=1e-5)
+    assert np.allclose(t["scale_out_link_GBps"] * GB, cap, rtol=1e-5)
+    assert np.allclose(t["scale_up_link_GBps"], 450, rtol=1e-5)
     core, eng = t["offload_engines"] == 0, t["offload_engines"] == 16
-    assert np.all(t["interference_max_s"][eng] < t["interference_max_s"][core])
+    assert np.all(t["interference_max_ms"][eng] < t["interference_max_ms"][core])
     pa = pm.to_arrays(plan, h100_8, small)
     st = set_knobs(h100_8, small, pa, offload_engines=16)
     assert float(st.plan.offload) == 1.0 and float(st.system.offload.clock_Hz) == pytest.approx(1.9e9)
     s50 = _by_hand(h100_8, 50.0)
-    assert t["step_s"][2] == pytest.approx(float(_jitted()(s50, small, pa).step_s), rel=2e-5)   # 50 GB/s, PCIe, core
+    assert t["step_ms"][2] == pytest.approx(float(_jitted()(s50, small, pa).step_s) * 1e3, rel=2e-5)   # 50 GB/s, PCIe, core
 
 
 def test_paired_lists(mtia_small):
@@ -141,8 +143,8 @@ def test_paired_lists(mtia_small):
     assert list(t["offload_engines"]) == [16, 0, 16]
     grid = tbl.columns(sweep(system, model, {k: v[:1] if k != "scale_out_bandwidth_GBps" else [100]
                                              for k, v in vary.items()} | {"offload_engines": [0]}, plan=plan))
-    assert t["step_s"][1] == pytest.approx(grid["step_s"][0], rel=1e-6)
-    assert t["step_s"][2] < t["step_s"][0]
+    assert t["step_ms"][1] == pytest.approx(grid["step_ms"][0], rel=1e-6)
+    assert t["step_ms"][2] < t["step_ms"][0]
     with pytest.raises(pm.ConfigError, match="one length per knob"):
         sweep(system, model, {"scale_out_bandwidth_GBps": [50, 100], "offload_engines": [0]}, paired=True)
 
@@ -157,14 +159,17 @@ def test_replan_runs_the_planner_once_per_hardware_point(mtia_small):
 
     vary = {"scale_out_bandwidth_GBps": [50, 400], "a2a_precision": ["fp32", "bf16"],
             "offload_engines": [16], "global_batch": [4096]}
-    re = tbl.columns(sweep(system, model, vary, plan="replan", replan=planner))
+    re = tbl.columns(sweep(system, model, vary, plan=planner))
     assert sorted(calls) == pytest.approx([50 * GB, 400 * GB], rel=1e-5)   # plan knobs do not re-plan
+    assert set(re["plan"]) == {"planner"}
     fixed = tbl.columns(sweep(system, model, vary, plan=plan))
-    assert np.allclose(re["step_s"], fixed["step_s"], rtol=1e-6)
+    assert np.allclose(re["step_ms"], fixed["step_ms"], rtol=1e-6)
     calls.clear()
-    # a callable is the same as "replan"; it may return a search result that carries the plan
+    # a callable may return a search result that carries the plan
     again = tbl.columns(sweep(system, model, vary, plan=lambda s, m: SimpleNamespace(plan=planner(s, m))))
-    assert len(calls) == 2 and np.array_equal(again["step_s"], re["step_s"])
+    assert len(calls) == 2 and np.array_equal(again["step_ms"], re["step_ms"])
+    with pytest.raises(pm.ConfigError, match=r"'replan'; allowed: 'search', 'greedy', a Plan"):
+        sweep(system, model, vary, plan="replan")
 
 
 def test_knob_getters_round_trip(mtia64, h100_8, small):
@@ -228,7 +233,7 @@ def test_bad_knobs_name_the_knob(mtia16, small, vary, match):
 
 def test_knob_that_does_not_apply(h100_8, small):
     with pytest.raises(pm.ConfigError, match=r"vary\.nic_scale_up_fraction.*does not carry scale-up"):
-        sweep(h100_8, small, {"nic_scale_up_fraction": [0.5]})
+        sweep(h100_8, small, {"nic_scale_up_fraction": [0.5]}, plan="greedy")
 
 
 def test_parse_values():

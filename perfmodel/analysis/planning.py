@@ -36,7 +36,10 @@ KINDS = ("search", "greedy")
 
 @dataclass(frozen=True)
 class Planner:
-    """A callable (system, model) -> Plan with a label naming the plan in tables, titles and JSON."""
+    """A callable (system, model) -> Plan with a label naming the plan in tables, titles and JSON.
+
+    The planners `planner` makes pickle (a sweep sends them to worker processes or a Ray cluster);
+    one made from a user's callable pickles if the callable does."""
     make: Callable
     label: str
     kind: str                  # "search", "greedy", "fixed", "file" or "callable"
@@ -52,12 +55,54 @@ class Planner:
             raise ConfigError("", "plan", f"{self.label} returned {type(out).__name__}, not a Plan")
         return out
 
+    @property
+    def per_point(self) -> bool:
+        """Whether the plan depends on the hardware it is asked about (else a sweep fixes it once)."""
+        return self.kind in ("search", "greedy", "callable")
 
-def _search(iterations: int, seed: int):
-    def make(system, model, start=None):
+
+@dataclass(frozen=True)
+class _Search:
+    """pm.search's gradient method for a fixed number of rounds, no wall-clock limit."""
+    iterations: int
+    seed: int
+
+    def __call__(self, system, model, start=None):
         from ..search.api import search
-        return search(system, model, seed=seed, iterations=iterations, budget_s=None, start=start)
-    return make
+        return search(system, model, seed=self.seed, iterations=self.iterations, budget_s=None, start=start)
+
+
+@dataclass(frozen=True)
+class _Greedy:
+    def __call__(self, system, model):
+        from ..search.greedy import greedy_plan
+        return greedy_plan(system, model)
+
+
+@dataclass(frozen=True)
+class _Given:
+    """A fixed plan; it must fit every system it is asked about."""
+    plan: object
+
+    def __call__(self, system, model):
+        p = from_arrays(self.plan, system, model) if isinstance(self.plan, PlanArrays) else self.plan
+        try:
+            validate_plan(p, system, model)
+        except ConfigError as err:
+            raise ConfigError(err.source, err.field, f"the given plan does not fit {system.name}: {err.message}") \
+                from None
+        return p
+
+
+@dataclass(frozen=True)
+class _File:
+    path: Path
+
+    def __call__(self, system, model):
+        try:
+            return load_plan(self.path, system, model)
+        except ConfigError as err:
+            raise ConfigError(err.source, err.field, f"does not fit {system.name}: {err.message}") from None
 
 
 def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> Planner:
@@ -71,22 +116,17 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> P
         raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
     if plan is None or plan == "search":
         n = iterations or STUDY_ITERATIONS
-        return Planner(_search(n, seed), f"search ({n} rounds, seed {seed})", "search", n, seed)
+        return Planner(_Search(n, seed), f"search ({n} rounds, seed {seed})", "search", n, seed)
     if plan == "greedy":
-        from ..search.greedy import greedy_plan
-        return Planner(greedy_plan, "greedy", "greedy")
+        return Planner(_Greedy(), "greedy", "greedy")
     fixed = getattr(plan, "plan", plan)
     if isinstance(fixed, (Plan, PlanArrays)):
-        def given(system, model):
-            p = from_arrays(fixed, system, model) if isinstance(fixed, PlanArrays) else fixed
-            validate_plan(p, system, model)
-            return p
-        return Planner(given, "given plan", "fixed")
+        return Planner(_Given(fixed), "given plan", "fixed")
     if isinstance(plan, Path) or (isinstance(plan, str) and (plan.endswith(".json") or Path(plan).exists())):
         path = Path(plan)
         if not path.is_file():
             raise ConfigError(str(path), "plan", "does not exist; give 'search', 'greedy' or a plan JSON path")
-        return Planner(lambda system, model: load_plan(path, system, model), f"plan file {path.name}", "file")
+        return Planner(_File(path), f"plan file {path.name}", "file")
     if callable(plan):
         return Planner(plan, getattr(plan, "__name__", type(plan).__name__), "callable")
     raise ConfigError("", "plan", f"is {plan!r}; allowed: 'search', 'greedy', a Plan, a plan JSON path or a "

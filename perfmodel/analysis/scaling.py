@@ -10,7 +10,7 @@ strong: the global batch stays; weak: it grows with N (batch per chip fixed).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -25,60 +25,58 @@ from .table import make_table
 MODES = ("strong", "weak")
 
 
-def _planner(plan):
-    if plan is None:
-        from ..search.greedy import default_plan
-        return default_plan
-    if callable(plan):
-        return plan
-    raise ConfigError("", "plan", "must be None (the default plan per system) or a callable (system, model) -> Plan")
+def _make(plan, iterations, seed):
+    from .planning import planner
+    return planner(plan, iterations=iterations, seed=seed)
 
 
-def _as_plan(result):
-    """A planner's answer: a Plan, or a search result carrying one in .plan (pm.search)."""
-    return getattr(result, "plan", result)
-
-
-def evaluate_systems(systems: Sequence, model: RankingModel, plan: Callable | None = None) -> dict[str, Breakdown]:
-    """{system name: Breakdown} of `model` on each system (names or Systems), each with its own plan
-    (the default plan unless `plan(system, model)` is given)."""
-    make = _planner(plan)
+def evaluate_systems(systems: Sequence, model: RankingModel, plan="search", *, iterations: int | None = None,
+                     seed: int = 0) -> dict[str, Breakdown]:
+    """{system name: Breakdown} of `model` on each system (names or Systems), each with the plan
+    `plan` makes for it (planning.planner: a search per system by default). A fixed plan that does
+    not fit a system is a ConfigError naming the system."""
+    make = _make(plan, iterations, seed)
     model = as_model(model)
     if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
         raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
     out = {}
     for s in systems:
         system = as_system(s)
-        out[system.name] = evaluate(system, model, _as_plan(make(system, model)))
+        out[system.name] = evaluate(system, model, make(system, model))
     return out
 
 
-def compare(systems: Sequence, model: RankingModel, plan: Callable | None = None,
-            breakdowns: dict[str, Breakdown] | None = None):
-    """One row per system (or per entry of `breakdowns`, if given): chips, step_s, samples_per_s, exposed_comm_s, mfu, feasible,
-    usd_per_million_samples, joules_per_sample and power_W (all hosts, = joules/sample x samples/s)."""
-    bds = breakdowns if breakdowns is not None else evaluate_systems(systems, model, plan)
+def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: dict[str, Breakdown] | None = None,
+            *, iterations: int | None = None, seed: int = 0):
+    """One row per system (or per entry of `breakdowns`, if given; `plan` then names how they were
+    planned): chips, step_ms, samples_per_s, exposed_comm_ms, mfu, feasible, usd_per_million_samples,
+    joules_per_sample, power_W (all hosts, = joules/sample x samples/s) and plan (its label)."""
+    label = _make(plan, iterations, seed).label
+    bds = breakdowns if breakdowns is not None else evaluate_systems(systems, model, plan, iterations=iterations,
+                                                                     seed=seed)
     if not bds:
         raise ConfigError("", "breakdowns", "is empty: give at least one system's Breakdown")
     rows = []
     for name, bd in bds.items():
         thr = float(bd.samples_per_s)
-        rows.append(dict(system=name, chips=int(bd.num_chips), step_s=float(bd.step_s), samples_per_s=thr,
-                         exposed_comm_s=float(bd.exposed_comm_s), mfu=float(bd.mfu), feasible=bool(bd.feasible),
+        rows.append(dict(system=name, chips=int(bd.num_chips), step_ms=float(bd.step_s) * 1e3, samples_per_s=thr,
+                         exposed_comm_ms=float(bd.exposed_comm_s) * 1e3, mfu=float(bd.mfu), feasible=bool(bd.feasible),
                          usd_per_million_samples=float(bd.usd_per_million_samples),
                          joules_per_sample=float(bd.joules_per_sample),
-                         power_W=float(bd.joules_per_sample) * thr))
-    cols = {k: np.asarray([r[k] for r in rows], dtype=object if k == "system" else None) for k in rows[0]}
+                         power_W=float(bd.joules_per_sample) * thr, plan=label))
+    cols = {k: np.asarray([r[k] for r in rows], dtype=object if k in ("system", "plan") else None) for k in rows[0]}
     return make_table(cols)
 
 
-def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong",
-            plan: Callable | None = None):
-    """Throughput and scaling efficiency of `model` on `system`'s family at each chip count.
+def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong", plan="search", *,
+            iterations: int | None = None, seed: int = 0):
+    """Throughput and scaling efficiency of `model` on `system`'s family at each chip count: one row
+    per size with chips, mode, global_batch, step_ms, samples_per_s, exposed_comm_ms, feasible,
+    speedup, efficiency and plan.
 
     system: a preset name (`mtia300-64`) or a System loaded from one; each size loads the family at
-    that size. mode: strong (fixed global batch) or weak (global batch x N / N0). plan: a callable
-    (system, model) -> Plan, the default plan per size unless given.
+    that size. mode: strong (fixed global batch) or weak (global batch x N / N0). plan, iterations,
+    seed: as planning.planner (a search per size by default: each size gets the plan it wants).
     """
     if mode not in MODES:
         raise ConfigError("", "mode", f"is {mode!r}; allowed: {', '.join(MODES)}")
@@ -89,7 +87,7 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     chips = sorted({int(c) for c in chips})
     name = system.name if isinstance(system, System) else str(system)
     model = as_model(model)
-    make = _planner(plan)
+    make = _make(plan, iterations, seed)
     n0 = chips[0]
     b0 = float(model.global_batch)
     rows = []
@@ -97,13 +95,14 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
         s = load_system(name, chips=n)
         m = model if mode == "strong" else dataclasses.replace(
             model, global_batch=jnp.asarray(round(b0 * n / n0), jnp.float32))
-        bd = evaluate(s, m, _as_plan(make(s, m)))
-        rows.append(dict(chips=n, mode=mode, global_batch=float(m.global_batch), step_s=float(bd.step_s),
-                         samples_per_s=float(bd.samples_per_s), exposed_comm_s=float(bd.exposed_comm_s),
+        bd = evaluate(s, m, make(s, m))
+        rows.append(dict(chips=n, mode=mode, global_batch=float(m.global_batch), step_ms=float(bd.step_s) * 1e3,
+                         samples_per_s=float(bd.samples_per_s), exposed_comm_ms=float(bd.exposed_comm_s) * 1e3,
                          feasible=bool(bd.feasible)))
     thr0 = rows[0]["samples_per_s"]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / thr0
         r["efficiency"] = r["speedup"] / (r["chips"] / n0)
-    cols = {k: np.asarray([r[k] for r in rows], dtype=object if k == "mode" else None) for k in rows[0]}
+        r["plan"] = make.label
+    cols = {k: np.asarray([r[k] for r in rows], dtype=object if k in ("mode", "plan") else None) for k in rows[0]}
     return make_table(cols)

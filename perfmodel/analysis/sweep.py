@@ -5,24 +5,32 @@ one jitted, vmapped evaluation over the flattened points (in chunks when there a
                                           "offload_engines": [0, 16]})
 
 Grid: the cartesian product of the value lists, the first knob varying slowest. Paired: the lists
-have one length and point i takes the i-th value of each. The plan is fixed (the base system's
-default plan, or the one given) or re-optimized at every point (plan="replan": the `replan`
-callable, `perfmodel.default_plan` unless given, runs per distinct hardware/workload point; plan
-knobs then apply on top of its plan).
+have one length and point i takes the i-th value of each.
 
-The result is a tidy table, one row per point: the knob columns (in the knobs' units), then
-step_s, samples_per_s, exposed_comm_s, comm_busy_s, compute_busy_max_s, interference_max_s,
-slowdown_max, mfu, memory_max_bytes, memory_capacity_bytes, host_memory_max_bytes, feasible,
-usd_per_million_samples, joules_per_sample, scale_up_link_Bps and scale_out_link_Bps (effective,
-after any PCIe cap) and <phase>_busy_max_s per phase (busy time without interference, max over
-devices). A pandas DataFrame if pandas imports, else a dict of numpy columns.
+plan (planning.planner): "search" (the default) and "greedy" plan each distinct hardware/workload
+point anew (plan knobs then apply on top of its plan); the searches run on an executor
+(executors.py: a local process pool by default, Ray, or an Executor of the user's) and come back in
+point order, so the same seed gives the same table on any executor with any number of workers. No
+point's search starts from another's plan: a warm start along an axis would make a point's plan
+depend on which points were swept with it. A fixed plan (a Plan, a plan file) is one vmapped call
+over all points, its batch sharded over every JAX device.
+
+A point whose plan cannot be made (the search fails, the model fits no plan there) keeps its row:
+NaN figures, feasible False, and `error` saying why; the other points are unaffected.
+
+The result is a tidy table, one row per point: the knob columns (in the knobs' units), then the
+COLUMNS below in human units (step_ms, samples_per_s, memory_max_GB, scale_out_link_GBps, ...:
+the unit is in the name; link bandwidths are effective, after any PCIe cap; <phase>_busy_max_ms is
+a phase's busy time without interference, max over devices), then `plan` (the planner's label)
+and `error` ("" where the point was evaluated). A pandas DataFrame if pandas imports, else a dict
+of numpy columns.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,19 +40,23 @@ from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
-from ..plan import Plan, PlanArrays, stack, to_arrays, validate_plan
+from ..plan import PlanArrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
 from . import knobs as K
 from .table import make_table
 
 MAX_POINTS = 10_000_000
 
-SUMMARY_UNITS = {
-    "step_s": "s", "samples_per_s": "samples/s", "exposed_comm_s": "s", "comm_busy_s": "s",
-    "compute_busy_max_s": "s", "interference_max_s": "s", "slowdown_max": "x", "mfu": "",
-    "memory_max_bytes": "B", "memory_capacity_bytes": "B", "host_memory_max_bytes": "B", "feasible": "",
-    "usd_per_million_samples": "$", "joules_per_sample": "J", "scale_up_link_Bps": "B/s",
-    "scale_out_link_Bps": "B/s", **{f"{p}_busy_max_s": "s" for p in PHASES},
+# table column -> (summarize's key, factor from SI): the units a user reads, in the name
+COLUMNS = {
+    "step_ms": ("step_s", 1e3), "samples_per_s": ("samples_per_s", 1.0), "exposed_comm_ms": ("exposed_comm_s", 1e3),
+    "comm_busy_ms": ("comm_busy_s", 1e3), "compute_busy_max_ms": ("compute_busy_max_s", 1e3),
+    "interference_max_ms": ("interference_max_s", 1e3), "slowdown_max": ("slowdown_max", 1.0), "mfu": ("mfu", 1.0),
+    "memory_max_GB": ("memory_max_bytes", 1e-9), "memory_capacity_GB": ("memory_capacity_bytes", 1e-9),
+    "host_memory_max_GB": ("host_memory_max_bytes", 1e-9), "feasible": ("feasible", 1.0),
+    "usd_per_million_samples": ("usd_per_million_samples", 1.0), "joules_per_sample": ("joules_per_sample", 1.0),
+    "scale_up_link_GBps": ("scale_up_link_Bps", 1e-9), "scale_out_link_GBps": ("scale_out_link_Bps", 1e-9),
+    **{f"{p}_busy_max_ms": (f"{p}_busy_max_s", 1e3) for p in PHASES},
 }
 
 
@@ -170,41 +182,50 @@ def default_chunk(system: System, model: RankingModel) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+def _mesh():
+    """A 1-D mesh over every JAX device (None on one device): a sweep's points are split over it."""
+    devices = jax.devices()
+    return jax.sharding.Mesh(np.asarray(devices), ("points",)) if len(devices) > 1 else None
+
+
 def _chunked(system, model, plan, values: np.ndarray, names: tuple, batched_plan: bool, chunk: int) -> dict:
     N = values.shape[0]
+    mesh = _mesh()
+    ndev = 1 if mesh is None else mesh.size
     size = min(chunk, max(16, 1 << max(N - 1, 0).bit_length()))   # few distinct shapes: few compiles
+    size = -(-size // ndev) * ndev                                 # whole shards per device
+    put = (lambda x: x) if mesh is None else (
+        lambda x: jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))))
     outs = []
     for lo in range(0, N, size):
         hi = min(lo + size, N)
         idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), hi - 1)])   # pad: repeat the last
-        p = jax.tree_util.tree_map(lambda x: x[idx], plan) if batched_plan else plan
-        v = jnp.asarray(values[idx], jnp.float32)
+        p = jax.tree_util.tree_map(lambda x: put(x[idx]), plan) if batched_plan else plan
+        v = put(jnp.asarray(values[idx], jnp.float32))
         out = _run(system, model, p, v, names, batched_plan)
         outs.append({k: np.asarray(x)[: hi - lo] for k, x in out.items()})
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
-def _plan_arrays(plan, system, model) -> PlanArrays:
-    plan = getattr(plan, "plan", plan)        # a search result (pm.search) carries its plan
-    if isinstance(plan, PlanArrays):
-        return plan
-    if isinstance(plan, Plan):
-        validate_plan(plan, system, model)
-        return to_arrays(plan, system, model)
-    raise ConfigError("", "plan", f"must be None, a Plan, PlanArrays, 'replan' or a callable; got {type(plan).__name__}")
-
-
-def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan=None, *,
-          paired: bool = False, replan: Callable | None = None, chunk: int | None = None):
+def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
+          paired: bool = False, iterations: int | None = None, seed: int = 0, executor=None,
+          workers: int | None = None, ray_address: str | None = None, chunk: int | None = None):
     """Evaluate `model` on `system` at every point of `vary` (knob name -> values); see the module doc.
 
-    plan: None (the base system's default plan, fixed), a Plan or PlanArrays (fixed), "replan" (the
-    `replan(system, model) -> Plan` callable at every point; default perfmodel.default_plan) or a
-    callable (same as "replan" with it). A callable may also return what pm.search returns (an
-    object whose .plan is the Plan), e.g. replan=lambda s, m: pm.search(s, m, budget_s=5). chunk: points per vmapped call (default by problem size).
-    Bad knob names or values raise ConfigError naming the knob and what is allowed.
+    plan, iterations, seed: as planning.planner ("search" with STUDY_ITERATIONS rounds by default,
+    "greedy", a Plan, a plan file, a callable (system, model) -> Plan). executor, workers,
+    ray_address: where per-point searches run (executors.run; a process pool of the cores by default;
+    greedy and single-point sweeps run here). chunk: points per vmapped call (default by problem size).
+    Bad knob names or values, or a fixed plan that does not fit `system`, raise ConfigError naming
+    what is wrong and what is allowed.
     """
+    from . import executors
+    from .planning import planner as make_planner
+
     system, model, _ = resolve(system, model)      # preset names and paths work too
+    make = make_planner(plan, iterations=iterations, seed=seed)
+    executors.check_executor(executor)
+    executors.check_workers(workers)
     names, enc, user = points(vary, paired)
     base = K.State(system, model, None)
     K.check_applies(names, base)
@@ -216,17 +237,15 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
         raise ConfigError("", "chunk", f"must be a positive integer, got {chunk!r}")
     chunk = chunk or default_chunk(system, model)
 
-    if callable(plan) and not isinstance(plan, (Plan, PlanArrays)):
-        plan, replan = "replan", plan
-    if isinstance(plan, str):
-        if plan != "replan":
-            raise ConfigError("", "plan", f"must be None, a Plan, PlanArrays, 'replan' or a callable; got {plan!r}")
-        pa, batched = _replanned(system, model, order, values, replan), True
+    errors = np.full(len(values), "", dtype=object)
+    if make.per_point:
+        if make.kind != "search" and executor is None and ray_address is None:
+            executor = "serial"              # greedy (and a user's callable) take well under a process start
+        pa, errors = _replanned(system, model, order, values, make, executor, workers, ray_address)
         state = K.prepare(order, K.State(system, model, jax.tree_util.tree_map(lambda x: x[0], pa)))
-        st_sys, st_model = state.system, state.model
+        st_sys, st_model, batched = state.system, state.model, True
     else:
-        from ..search.greedy import default_plan
-        pa = _plan_arrays(plan if plan is not None else default_plan(system, model), system, model)
+        pa = to_arrays(make(system, model), system, model)
         state = K.prepare(order, K.State(system, model, pa))
         st_sys, st_model, pa, batched = state.system, state.model, state.plan, False
     out = _chunked(st_sys, st_model, pa, values, tuple(order), batched, chunk)
@@ -235,30 +254,48 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     for n in names:
         k = K.knob(n)
         cols[n] = np.asarray(user[n], dtype=object if k.choices else (np.int64 if k.integer else np.float64))
-    for key in SUMMARY_UNITS:
+    failed = errors != ""
+    for col, (key, factor) in COLUMNS.items():
         v = out[key]
-        cols[key] = v.astype(bool) if key == "feasible" else v.astype(np.float64)
+        if key == "feasible":
+            cols[col] = v.astype(bool) & ~failed
+        else:
+            cols[col] = np.where(failed, np.nan, v.astype(np.float64) * factor)
+    cols["plan"] = np.full(len(values), make.label, dtype=object)
+    cols["error"] = errors
     return make_table(cols)
 
 
-def _replanned(system, model, order: list[str], values: np.ndarray, replan) -> PlanArrays:
-    """Stacked plan arrays: replan(system_i, model_i) once per distinct hardware/workload point."""
-    if replan is None:
-        from ..search.greedy import default_plan as replan
+def _plan_point(make, system, model, hw_names: list[str], row: list[float]):
+    """(plan arrays, "") for one hardware/workload point, or (None, why) if its plan cannot be made.
+    A module-level function of picklable arguments: it runs in worker processes and Ray tasks."""
+    try:
+        st = K.prepare(hw_names, K.State(system, model, _dummy_plan(system, model)))
+        st = K.apply(hw_names, st, [jnp.asarray(v, jnp.float32) for v in row])
+        plan = make(st.system, st.model)
+        validate_plan(plan, st.system, st.model)
+        return jax.tree_util.tree_map(np.asarray, to_arrays(plan, st.system, st.model)), ""
+    except Exception as err:                       # noqa: BLE001 - the row says why; the others go on
+        return None, f"{type(err).__name__}: {err}" if not isinstance(err, ConfigError) else str(err)
+
+
+def _replanned(system, model, order: list[str], values: np.ndarray, make, executor, workers, ray_address):
+    """(stacked plan arrays, error text per point): make(system_i, model_i) once per distinct
+    hardware/workload point, on the executor; a failed point gets another point's plan as a
+    placeholder (its figures are masked) and its error."""
+    from . import executors
     hw = [j for j, n in enumerate(order) if K.knob(n).kind != "plan"]
     hw_names = [order[j] for j in hw]
-    cache: dict[tuple, PlanArrays] = {}
-    plans = []
-    for row in values:
-        key = tuple(float(row[j]) for j in hw)
-        if key not in cache:
-            probe = K.State(system, model, _dummy_plan(system, model))
-            st = K.prepare(hw_names, probe)
-            st = K.apply(hw_names, st, [jnp.asarray(row[j], jnp.float32) for j in hw])
-            p = replan(st.system, st.model)
-            cache[key] = _plan_arrays(p, st.system, st.model)
-        plans.append(cache[key])
-    return stack(plans)
+    keys = [tuple(float(row[j]) for j in hw) for row in values]
+    distinct = list(dict.fromkeys(keys))
+    results = executors.run(_plan_point, [(make, system, model, hw_names, list(k)) for k in distinct],
+                            executor, workers, ray_address)
+    found = dict(zip(distinct, results))
+    ok = [r[0] for r in results if r[0] is not None]
+    spare = ok[0] if ok else _dummy_plan(system, model)
+    plans = [found[k][0] if found[k][0] is not None else spare for k in keys]
+    errors = np.asarray([found[k][1] for k in keys], dtype=object)
+    return stack(plans), errors
 
 
 def _dummy_plan(system: System, model: RankingModel) -> PlanArrays:

@@ -1,0 +1,133 @@
+"""Where a study's independent jobs run (the per-point searches of a replanned sweep): in this
+process, on a local process pool, on a Ray cluster, or on a concurrent.futures.Executor the user
+made. Results come back in the order of the jobs, so a table does not depend on where they ran.
+
+    run(fn, jobs, executor=None, workers=None, ray_address=None) -> [fn(*job) for job in jobs]
+
+executor: None or "process" (a pool of `workers` processes, the cores by default; spawned, not
+forked, because JAX runs threads), "serial" (this process), "ray" (tasks on the cluster at
+`ray_address`: "host:port" of a running head node, "local" to start one here for the call, None
+to use the Ray instance this process has already started, else ray.init()'s default), or an
+Executor. Spawned workers import the main module: a script that uses the pool starts its work under
+`if __name__ == "__main__":`. Every worker enables the persistent compile cache (the folder this process uses), so
+only the first worker on a machine compiles. `fn` and the jobs must pickle.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import pickle
+import socket
+
+from ..config import ConfigError
+
+KINDS = ("serial", "process", "ray")
+CONNECT_TIMEOUT_S = 5.0      # a Ray head that does not answer a TCP connect in this long is unreachable
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:       # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def check_workers(workers, field: str = "workers") -> int | None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError("", field, f"must be an integer >= 1 (processes), got {workers!r}")
+    return workers
+
+
+def check_executor(executor) -> None:
+    if executor is None or isinstance(executor, cf.Executor) or executor in KINDS:
+        return
+    raise ConfigError("", "executor", f"is {executor!r}; allowed: {', '.join(KINDS)} or a concurrent.futures.Executor")
+
+
+def check_address(address: str, field: str = "ray_address") -> None:
+    """ConfigError naming `field` and the address unless it is 'local' or a host:port that accepts
+    a TCP connection within CONNECT_TIMEOUT_S (ray.init would otherwise wait for minutes)."""
+    if address == "local":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("", field, f"{address!r} is not host:port (e.g. 10.0.0.5:6379, ray://head:10001) or 'local'")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise ConfigError("", field, f"cannot reach a Ray cluster at {address!r} ({err.strerror or err}); start "
+                          "one with `ray start --head`, or give 'local' to start one here") from None
+
+
+def _cache_folder() -> str | None:
+    import jax
+    return jax.config.jax_compilation_cache_dir
+
+
+def _init_worker(folder: str | None) -> None:
+    from ..cache import enable_compile_cache
+    enable_compile_cache(folder)
+
+
+def _in_worker(folder, fn, job):
+    _init_worker(folder)
+    return fn(*job)
+
+
+def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_address: str | None = None) -> list:
+    """[fn(*job) for job in jobs], on `executor` (see the module doc), in the order of `jobs`."""
+    check_executor(executor)
+    check_workers(workers)
+    if ray_address is not None:
+        if executor not in (None, "ray"):
+            raise ConfigError("", "ray_address", f"applies to executor='ray', not {executor!r}")
+        executor = "ray"
+    jobs = list(jobs)
+    if executor == "serial" or (executor in (None, "process") and (len(jobs) <= 1 or workers == 1)):
+        return [fn(*job) for job in jobs]
+    folder = _cache_folder()
+    if not isinstance(executor, cf.ThreadPoolExecutor):
+        try:
+            pickle.dumps(jobs[0])
+        except Exception as err:                  # noqa: BLE001 - any pickling failure means the same
+            raise ConfigError("", "executor", f"the jobs cannot be sent to other processes ({err}); give a "
+                              "module-level function as the plan, or executor='serial'") from None
+    if isinstance(executor, cf.Executor):
+        return [f.result() for f in [executor.submit(_in_worker, folder, fn, job) for job in jobs]]
+    if executor == "ray":
+        return _run_ray(fn, jobs, folder, workers, ray_address)
+    n = min(workers or cores(), len(jobs))
+    try:
+        with cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                                    initargs=(folder,)) as pool:
+            return list(pool.map(fn, *zip(*jobs)))
+    except cf.process.BrokenProcessPool as err:
+        raise ConfigError("", "executor", f"a worker process stopped ({err}); a script that uses the process pool "
+                          "must start its work under `if __name__ == '__main__':` (spawned workers import it), "
+                          "or pass executor='serial'") from None
+
+
+def _run_ray(fn, jobs, folder, workers, address):
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("", "executor", "'ray' needs Ray: pip install 'perfmodel[distributed]'") from None
+    started = False
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=workers or cores(), include_dashboard=False, log_to_driver=False)
+        else:
+            if address is not None:
+                check_address(address)
+            ray.init(address=address, log_to_driver=False)
+        started = True
+    try:
+        task = ray.remote(_in_worker)
+        return ray.get([task.remote(folder, fn, job) for job in jobs])
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,142 @@
+"""Replanned sweeps on every executor: the same seed gives the same table in this process, on a
+process pool, on a user's Executor and on a local Ray instance; a point that fails keeps its row;
+bad executors and unreachable clusters are one clear error; a fixed-plan sweep sharded over two
+devices gives the one-device table."""
+
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.analysis import columns
+from perfmodel.cli import main
+
+SYSTEM, MODEL = "h100-16", "dlrm-small"           # two hosts: the scale-out bandwidth matters
+VARY = {"scale_out_bandwidth_GBps": [12.5, 400.0], "a2a_precision": ["fp32", "bf16"]}
+ROUNDS = 5
+
+
+def _same(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return columns(pm.sweep(SYSTEM, MODEL, VARY, iterations=ROUNDS, seed=1, executor="serial"))
+
+
+def test_serial_replanned_sweep_searches_each_hardware_point(serial):
+    assert set(serial["plan"]) == {f"search ({ROUNDS} rounds, seed 1)"} and set(serial["error"]) == {""}
+    greedy = columns(pm.sweep(SYSTEM, MODEL, VARY, plan="greedy"))
+    assert set(greedy["plan"]) == {"greedy"}
+    # the search starts from greedy's plan and keeps the best it finds
+    assert np.all(serial["step_ms"] <= greedy["step_ms"] * (1 + 1e-6))
+    # more scale-out bandwidth never makes the searched step slower
+    assert np.all(serial["step_ms"][2:] <= serial["step_ms"][:2] * (1 + 1e-6))
+
+
+def test_process_pool_and_user_executor_give_the_serial_table(serial):
+    _same(columns(pm.sweep(SYSTEM, MODEL, VARY, iterations=ROUNDS, seed=1, workers=2)), serial)
+    with cf.ThreadPoolExecutor(2) as ex:
+        _same(columns(pm.sweep(SYSTEM, MODEL, VARY, iterations=ROUNDS, seed=1, executor=ex)), serial)
+
+
+def test_local_ray_gives_the_serial_table(serial):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        _same(columns(pm.sweep(SYSTEM, MODEL, VARY, iterations=ROUNDS, seed=1, executor="ray")), serial)
+    finally:
+        ray.shutdown()
+
+
+def test_a_failed_point_keeps_its_row_and_says_why():
+    def planner(system, model):
+        if float(system.nic.active_ports * system.nic.port_Bps) > 100e9:     # nominal (PCIe caps the link)
+            raise RuntimeError("no plan for this one")
+        return pm.default_plan(system, model)
+
+    t = columns(pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0, 400.0]}, plan=planner))
+    assert list(t["error"]) == ["", "RuntimeError: no plan for this one"]
+    assert bool(t["feasible"][0]) and not bool(t["feasible"][1])
+    assert np.isfinite(t["step_ms"][0]) and np.isnan(t["step_ms"][1]) and np.isnan(t["memory_max_GB"][1])
+
+
+def test_cli_lists_failed_points_and_fails_only_if_all_did(capsys):
+    base = ["sweep", "--system", "h100-8", "--model", MODEL, "--plan", "greedy"]
+    assert main(base + ["--vary", "embedding_rows_scale=1,100000"]) == 0
+    out, err = capsys.readouterr()
+    assert "plan: greedy per point" in out
+    assert "1 of 2 points failed" in err and "embedding_rows_scale=100000.0: " in err and "fits on no plan" in err
+    assert main(base + ["--vary", "embedding_rows_scale=100000", "--json"]) == 1
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["plan"] == "greedy" and "fits on no plan" in doc["rows"][0]["error"]
+    assert "1 of 1 points failed" in err
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(executor="dask"), r"field 'executor': is 'dask'; allowed: serial, process, ray or a concurrent"),
+    (dict(workers=0), r"field 'workers': must be an integer >= 1"),
+    (dict(ray_address="127.0.0.1:1"), r"field 'ray_address': cannot reach a Ray cluster at '127.0.0.1:1'"),
+    (dict(ray_address="nowhere"), r"'nowhere' is not host:port"),
+    (dict(plan="replan"), r"field 'plan': is 'replan'; allowed: 'search', 'greedy'"),
+    (dict(iterations=0), r"field 'iterations': must be an integer >= 1"),
+])
+def test_bad_executors_and_plans_are_one_error(kw, match):
+    with pytest.raises(pm.ConfigError, match=match):
+        pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0, 400.0]}, **kw)
+
+
+def test_cli_unreachable_ray_is_one_error_naming_the_flag(capsys):
+    code = main(["sweep", "--system", "h100-8", "--model", MODEL, "--vary", "scale_out_bandwidth_GBps=50,400",
+                 "--ray", "127.0.0.1:1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "field '--ray': cannot reach a Ray cluster at '127.0.0.1:1'" in err and "Traceback" not in err
+
+
+def test_fixed_plan_that_does_not_fit_names_the_system(tmp_path):
+    m16, model = pm.load_system("mtia300-16"), pm.load_model(MODEL)
+    plan = pm.Plan(tables={n: pm.TablePlan("table_wise", [15 - i % 16]) for i, n in enumerate(model.tables.names)})
+    path = tmp_path / "mtia300-16.json"
+    plan.save(path)
+    with pytest.raises(pm.ConfigError, match=r"mtia300-16.json.*does not fit h100-8"):
+        pm.compare(["mtia300-16", "h100-8"], MODEL, plan=str(path))
+    with pytest.raises(pm.ConfigError, match=r"the given plan does not fit h100-8"):
+        pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0]}, plan=plan)
+    assert m16.num_chips == 16
+
+
+SHARDED = """
+import json, perfmodel as pm, jax
+from perfmodel.analysis import columns
+s = pm.load_system("h100-8")
+t = columns(pm.sweep(s, "dlrm-small", {"scale_out_bandwidth_GBps": [10.0, 20.0, 40.0], "offload_engines": [0, 16]},
+                     plan=pm.default_plan(s, pm.load_model("dlrm-small"))))
+print(json.dumps({"devices": jax.device_count(), "step_ms": t["step_ms"].tolist()}))
+"""
+
+
+def test_fixed_plan_sweep_sharded_over_two_devices_equals_one_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    s = pm.load_system("h100-8")
+    here = columns(pm.sweep(s, MODEL, {"scale_out_bandwidth_GBps": [10.0, 20.0, 40.0], "offload_engines": [0, 16]},
+                            plan=pm.default_plan(s, pm.load_model(MODEL))))
+    assert got["devices"] == 2
+    assert np.allclose(got["step_ms"], here["step_ms"], rtol=1e-6)
+
+
+def test_a_plan_that_cannot_be_pickled_is_one_error_on_the_pool():
+    with pytest.raises(pm.ConfigError, match=r"field 'executor': the jobs cannot be sent to other processes"):
+        pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0, 400.0]},
+                 plan=lambda s, m: pm.default_plan(s, m), executor="process", workers=2)
