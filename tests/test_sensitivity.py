@@ -102,14 +102,15 @@ def test_replanned_differences_beside_the_fixed_plan(small, mtia16):
     Peak compute moves no discrete choice of dlrm-small's plan on mtia300-16, so the re-searched elasticity
     agrees with the fixed-plan one (envelope theorem), sign included."""
     make = pm.planner("search", iterations=6)
-    t = columns(sensitivity(mtia16, small, make, replan=2, h=0.05))
+    t = columns(sensitivity(mtia16, small, make, replan=2, h=0.05, executor="serial"))
     assert set(t["plan"]) == {make.label}
     done = [i for i, v in enumerate(t["replan_elasticity"]) if v is not None]
     assert len(done) == 2 and all(t["knob"][i] for i in done)
     from perfmodel.analysis.sensitivity import replanned_elasticities
     i = list(t["path"]).index("chip.peak_bf16_flops")
     e = float(t["elasticity"][i])
-    fd, = replanned_elasticities(mtia16, small, [("peak_bf16_TFLOPs", float(t["value"][i]))], make, h=0.05)
+    fd, = replanned_elasticities(mtia16, small, [("peak_bf16_TFLOPs", float(t["value"][i]))], make, h=0.05,
+                                 executor="serial")
     assert e < -0.05 and fd == pytest.approx(e, rel=0.1)
     text = format_sensitivity(t, "step_s", top=3)
     assert "re-searched" in text and "envelope theorem" in text and make.label in text

@@ -156,27 +156,35 @@ def _eligible(table, system, model, plan_arrays, h: float, k: int) -> list[tuple
 
 
 def replanned_elasticities(system: System, model: RankingModel, knob_values: list[tuple[str, float]],
-                           make, metric: str = "step_s", h: float = 0.1) -> list[float]:
-    """e_fd of each (knob, value) (see the module doc): a sweep re-searching both sides per knob."""
+                           make, metric: str = "step_s", h: float = 0.1, executor=None) -> list[float]:
+    """e_fd of each (knob, value) (see the module doc): one paired sweep of 2K points, each moving one
+    knob to x(1 -+ h) with the others at their value, every point searched (in parallel on `executor`,
+    as sweep runs them)."""
     from .readout import si_column
     from .sweep import sweep
-    out = []
-    for name, v in knob_values:
-        t = sweep(system, model, {name: [v * (1 - h), v * (1 + h)]}, plan=make)
-        lo, hi = si_column(t, metric)
-        out.append(float((np.log(hi) - np.log(lo)) / (np.log1p(h) - np.log1p(-h))))
-    return out
+    if not knob_values:
+        return []
+    names = [n for n, _ in knob_values]
+    vary = {n: [] for n in names}
+    for i, (n, v) in enumerate(knob_values):
+        for side in (1 - h, 1 + h):
+            for j, (m, w) in enumerate(knob_values):
+                vary[m].append(w * side if j == i else w)
+    t = si_column(sweep(system, model, vary, plan=make, paired=True, executor=executor), metric)
+    lo, hi = t[0::2], t[1::2]
+    return [float(e) for e in (np.log(hi) - np.log(lo)) / (np.log1p(h) - np.log1p(-h))]
 
 
 def sensitivity(system: System, model: RankingModel, plan="search", metric: str = "step_s", *,
-                iterations: int | None = None, seed: int = 0, replan: int = 0, h: float = 0.1):
+                iterations: int | None = None, seed: int = 0, replan: int = 0, h: float = 0.1, executor=None):
     """Elasticities d log(metric) / d log(x) for every hardware leaf x of `system`, ranked by size.
 
     plan: the plan to differentiate at, as in analysis.planning ("search", the default, with
     `iterations` rounds and `seed`; "greedy"; a Plan, PlanArrays or plan JSON; a callable).
     metric: step_s, usd_per_million_samples or joules_per_sample. replan: for this many of the
     top-ranked parameters that have a sweep knob, also the re-searched finite-difference elasticity
-    at x(1 +- h) (see the module doc: where the two disagree, a discrete plan switch is near).
+    at x(1 +- h) (see the module doc: where the two disagree, a discrete plan switch is near),
+    searched where sweep runs its points (`executor`: see analysis.executors).
 
     Returns a table (DataFrame or dict of numpy columns) with columns rank, parameter, path, unit,
     value (in unit), elasticity (at the fixed plan), derivative_per_unit (metric units per one unit
@@ -219,7 +227,7 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
     }
     if replan:
         picked = _eligible(cols, system, model, fixed, h, int(replan))
-        fd = replanned_elasticities(system, model, [(kn, v) for _, kn, v in picked], make, metric, h)
+        fd = replanned_elasticities(system, model, [(kn, v) for _, kn, v in picked], make, metric, h, executor)
         cols["replan_elasticity"] = np.asarray([None] * n, object)
         for (i, _, _), e in zip(picked, fd):
             cols["replan_elasticity"][i] = e
