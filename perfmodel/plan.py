@@ -33,6 +33,11 @@ ALLOWED_ALGORITHMS = {
     "reduce_scatter": ("ring", "direct", "hierarchical"),
     "all_gather": ("ring", "direct", "hierarchical"),
 }
+# TorchRec's compute kernels (EmbeddingComputeKernel) for what a plan says: data_parallel tables
+# "dense", tables all in HBM "fused", tables in host DRAM with an HBM cache of cache_ratio
+# "fused_uvm_caching" (its cache_params.load_factor = cache_ratio)
+COMPUTE_KERNELS = ("dense", "fused", "fused_uvm_caching")
+MIN_CW_DIM = 32       # assumed: narrower column shards gather inefficiently (TorchRec's own default is 128)
 PRECISIONS = ("fp32", "bf16", "fp8")
 PRECISION_BYTES = (4.0, 2.0, 1.0)
 MAX_PLAN_ENTRIES = 2 ** 28    # random_plans' n x tables x devices: its placements stay within 1 GB of float32
@@ -112,8 +117,15 @@ class Plan:
     def torchrec(self) -> dict[str, dict]:
         """Per-table {sharding_type, ranks, compute_kernel} as TorchRec's ParameterSharding wants."""
         return {name: {"sharding_type": t.sharding_type, "ranks": list(t.ranks),
-                       "compute_kernel": "fused" if t.cache_ratio >= 1.0 else "fused_uvm_caching"}
+                       "compute_kernel": compute_kernel(t.sharding_type, t.cache_ratio)}
                 for name, t in self.tables.items()}
+
+
+def compute_kernel(sharding_type: str, cache_ratio: float) -> str:
+    """TorchRec's compute kernel of a table's plan (COMPUTE_KERNELS)."""
+    if sharding_type == "data_parallel":
+        return "dense"
+    return "fused" if cache_ratio >= 1.0 else "fused_uvm_caching"
 
 
 def load_plan(path: str | Path, system: System, model: RankingModel) -> Plan:
@@ -144,8 +156,9 @@ def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "
     return plan
 
 
-def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan") -> None:
-    """Raise ConfigError naming the field if the plan does not fit this system and model."""
+def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan", constraints=None) -> None:
+    """Raise ConfigError naming the field if the plan does not fit this system and model, or breaks
+    `constraints` (anything constraints.as_constraints takes; None: none)."""
     names = model.tables.names
     D, L = system.num_chips, system.domain_size
     missing = [n for n in names if n not in plan.tables]
@@ -198,6 +211,9 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         v = getattr(plan, key)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1024:
             raise ConfigError(src, key, f"must be an integer from 1 to 1024, got {v!r}")
+    if constraints is not None:
+        from .constraints import check_plan
+        check_plan(plan, constraints, system, model, src)
 
 
 def _choice(src, key, value, allowed):

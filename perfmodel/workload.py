@@ -155,6 +155,9 @@ def parse_model(data: dict, src: str) -> RankingModel:
     dopt = top.text("dense_optimizer", tuple(DENSE_OPTIMIZERS))
     tables = _parse_tables(top.sub("embeddings"), src)
     dense = _parse_dense(top.sub("dense"), src)
+    if top.has("constraints"):      # checked here; search reads them (constraints.model_constraints)
+        from .constraints import check_tables, parse_constraints
+        check_tables(parse_constraints(top.raw("constraints"), src, "constraints."), tables, "constraints.")
     top.finish()
     f = lambda x: jnp.asarray(x, jnp.float32)
     return RankingModel(tables=tables, dense=dense, global_batch=f(batch), param_bytes=f(pbytes),
