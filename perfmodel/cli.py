@@ -257,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--clear", action="store_true", help="remove every cache file: the next search compiles again")
     _add_common(ca)
     ca.set_defaults(func=_cmd_cache)
+    sc = sub.add_parser("schema", help="write the configuration reference (every field of every file) as markdown")
+    sc.add_argument("--markdown", required=True, metavar="PATH", help="the file to write (docs/configuration.md); "
+                    "only a file this command wrote is replaced")
+    sc.set_defaults(func=lambda args: __import__("perfmodel.schema", fromlist=["write"]).write(args.markdown))
     _register_analysis(sub)
     _register_search(sub)
     _register_fidelity(sub)
@@ -264,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # arguments that name a file, a preset or a list: an empty one is a mistake, never "not given"
-_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "out", "plot", "data", "measurements",
+_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "constraints", "markdown", "out", "plot", "data", "measurements",
               "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y")
 
 

@@ -39,9 +39,10 @@ import numpy as np
 
 from .config import ConfigError, read_file
 from .hardware import _pytree
+from .schema import CONSTRAINT
 from .plan import COMPUTE_KERNELS, CW, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, compute_kernel
 
-KEYS = ("sharding_types", "compute_kernels", "cache_load_factor", "min_partition", "max_cw_shards", "ranks")
+KEYS = tuple(o.key for o in CONSTRAINT.values())
 TORCHREC_CACHE_LOAD_FACTOR = 0.2     # TorchRec's planner constants.UVM_CACHING_RATIO (torchrec 1.8)
 NOT_MODELLED_KERNELS = {"fused_uvm": "every row in host memory with no HBM cache is not modelled: use "
                                      "fused_uvm_caching with a small cache_load_factor"}
