@@ -332,6 +332,17 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
                 lim.types[t, TWRW], why[TWRW] = 0.0, why.get(TWRW, "ranks")
             lim.shards[t, len(tc.ranks) + 1:] = 0.0
         _check_table(lim, t, name, dims[t], size[t], cap, D, L, tc, why, src)
+    from .search.relax import make_masks
+    types = make_masks(system, model, limits=lim).types            # with what the model and system allow
+    for name, tc in c.tables.items():
+        t = index[name]
+        if not (types[t] > -1).any():
+            key = next(k for k in KEYS if getattr(tc, k) is not None)
+            left = [st for j, st in enumerate(SHARDING_TYPES) if lim.types[t, j] > 0]
+            raise ConfigError(src, f"{name}.{key}", f"leaves table {name!r} {', '.join(left)}, which it cannot take on "
+                              f"system {system.name} (column_wise needs k | dim, 2 <= k, shards >= "
+                              f"{int(lim.min_dim[t])} columns; table_row_wise two scale-up domains and a pooled "
+                              "feature; one chip takes table_wise only)")
     return lim
 
 

@@ -23,7 +23,7 @@ METHODS = ("greedy", "random", "evolutionary", "exact", "gradient")
 
 @pytest.fixture(scope="module")
 def inst():
-    return small_instance(0)        # 12 tables on 4 chips (2 scale-up domains of 2): shares compiles with test_search
+    return small_instance(0)        # 12 tables on 4 chips (one scale-up domain): shares compiles with test_search
 
 
 def _error(fn, *needles):

@@ -27,10 +27,18 @@ from .score import constrained, score_of, score_plans
 from .relax import NEG, Masks
 
 
-def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int) -> PlanArrays:
+def fewest_shards(masks: Masks) -> int:
+    """The most devices a sampled table takes: the largest of the tables' fewest column-wise shards
+    (2 unless a constraint says otherwise), 1 with none."""
+    first = np.argmax(np.asarray(masks.shards) > 0, axis=1)
+    return int(max(1, first.max(initial=1)))
+
+
+def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int, most: int = 2) -> PlanArrays:
     """n random discrete plans (one-hot PlanArrays) over the allowed choices: a uniform sharding type
     per table, a uniform device (table-wise) or k of them (column-wise, k the fewest shards allowed:
-    2 unless a constraint says otherwise) among those its constraints allow, a uniform allowed domain."""
+    2 unless a constraint says otherwise) among those its constraints allow, a uniform allowed domain.
+    most: fewest_shards(masks), static (the draw keeps that many top devices per table)."""
     T, D = model.tables.count, system.num_chips
     H = D // system.domain_size
     lim = masks.limits
@@ -41,8 +49,9 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
     # the fewest shards allowed (the first k with a 1 in masks.shards), 1 for the table-wise
     k = jnp.where(cw > 0, jnp.argmax(jnp.asarray(masks.shards) > 0, axis=-1), 1).astype(jnp.float32)
     draw = jax.random.gumbel(ks[1], (n, T, D)) + NEG * (1.0 - lim.devices)
-    order = jnp.argsort(jnp.argsort(-draw, axis=-1), axis=-1)       # each device's rank in the draw
-    on = (order < k[..., None]).astype(jnp.float32)
+    top = jax.lax.top_k(draw, min(max(most, 1), D))[0]              # the k-th largest draw of each table
+    kth = jnp.take_along_axis(top, (k.astype(jnp.int32) - 1)[..., None], axis=-1)
+    on = (draw >= kth).astype(jnp.float32)
     dom = g(ks[3], (n, T, H), NEG * (1.0 - lim.domains))
     return PlanArrays(
         shard_type=st, placement=on / k[..., None], domain_placement=dom,
@@ -56,11 +65,11 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
     )
 
 
-_sample = jit(sample_plans, static_argnums=4)
+_sample = jit(sample_plans, static_argnums=(4, 5))
 
 
-@jit(static_argnums=6)
-def _generation(key, pop, fit, system, model, masks, n, pm, limits=None):
+@jit(static_argnums=(6, 9))
+def _generation(key, pop, fit, system, model, masks, n, pm, limits=None, most=2):
     T = model.tables.count
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
     def tournament(k):
@@ -77,7 +86,7 @@ def _generation(key, pop, fit, system, model, masks, n, pm, limits=None):
             m = setting.reshape((n,) + (1,) * (x.ndim - 1))
         return jnp.where(m, xa, xb)
     child = PlanArrays(**{f.name: mix(getattr(pop, f.name), f.name) for f in dataclasses.fields(PlanArrays)})
-    fresh = sample_plans(k5, system, model, masks, n)
+    fresh = sample_plans(k5, system, model, masks, n, most)
     mut = jax.random.bernoulli(jax.random.fold_in(k5, 1), pm, (n, T))
     mrow = lambda x: mut.reshape(mut.shape + (1,) * (x.ndim - 2))
     child = dataclasses.replace(
@@ -120,7 +129,7 @@ class Random:
 
     def step(self, p, s: Sampled, budget) -> Sampled:
         key, sub = jax.random.split(s.key)
-        batch = _sample(sub, p.system, p.model, p.masks, p.max_batch)
+        batch = _sample(sub, p.system, p.model, p.masks, p.max_batch, fewest_shards(p.masks))
         sc = np.asarray(score_plans(p.system, p.model, batch, limits=p.limits))
         j = int(np.argmin(sc))
         better = sc[j] < s.best
@@ -149,7 +158,7 @@ class Evolutionary(Random):
 
     def init(self, p, seed, budget):
         key, sub = jax.random.split(jax.random.PRNGKey(seed))
-        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch)
+        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch, fewest_shards(p.masks))
         for i, s in enumerate(self.seeds[:p.max_batch]):
             pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
         fit = jnp.asarray(score_plans(p.system, p.model, pop, limits=p.limits))
@@ -158,7 +167,8 @@ class Evolutionary(Random):
     def step(self, p, s: Sampled, budget) -> Sampled:
         rate = jnp.float32(self.mutation if self.mutation is not None else min(0.5, 2.0 / p.T))
         key, sub = jax.random.split(s.key)
-        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate, p.limits)
+        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate, p.limits,
+                               fewest_shards(p.masks))
         return self._best(dataclasses.replace(s, key=key, pop=pop, fit=fit, evaluations=s.evaluations + p.max_batch))
 
     @staticmethod
