@@ -65,7 +65,7 @@ class TableConstraint:
     ranks: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k in KEYS if (v := getattr(self, k)) is not None}
+        return {k: list(v) if isinstance(v, (tuple, list)) else v for k in KEYS if (v := getattr(self, k)) is not None}
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,8 @@ def _ratio(v) -> bool:
 
 def table_constraint(data: Any, src: str, where: str) -> TableConstraint:
     """One table's constraints from a dict (a file's [<table>] section), checked field by field."""
-    if isinstance(data, TableConstraint):
-        return data
+    if isinstance(data, TableConstraint):           # checked as any other
+        data = data.to_dict()
     if not isinstance(data, dict):
         raise ConfigError(src, where, f"must be a table of constraints ({', '.join(KEYS)})")
     unknown = [k for k in data if k not in KEYS]
@@ -188,8 +188,9 @@ def from_torchrec(constraints: dict, src: str = "constraints") -> Constraints:
 def parse_constraints(data: Any, src: str = "constraints", prefix: str = "") -> Constraints:
     """Constraints from {table name: dict | TableConstraint | ParameterConstraints}; prefix: the
     section they sit in, for messages ("constraints." in a model file)."""
-    if isinstance(data, Constraints):
-        return data
+    if isinstance(data, Constraints):               # built by hand: its entries checked too
+        return Constraints({n: table_constraint(c, data.source, n) for n, c in data.tables.items()}, data.source,
+                           data.ignored)
     if not isinstance(data, dict):
         raise ConfigError(src, prefix.rstrip("."), "must map table names to their constraints")
     if any(not isinstance(v, (dict, TableConstraint)) and hasattr(v, "sharding_types") for v in data.values()):

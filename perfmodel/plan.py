@@ -171,7 +171,8 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         if st in ("data_parallel", "row_wise") and sorted(t.ranks) != list(range(D)):
             raise ConfigError(src, f + ".ranks", f"{st} spans every rank: list 0..{D - 1}")
         if st == "column_wise" and dims[i] % k:
-            raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])}")
+            raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])} (TorchRec "
+                              f"splits the columns into equal shards; uneven ones it does not shard at all)")
         if st == "table_row_wise":
             dom = t.ranks[0] // L
             if sorted(t.ranks) != list(range(dom * L, dom * L + L)):
