@@ -29,6 +29,13 @@ torchrec:
 	bash benchmarks/torchrec_env.sh
 	.venv-torchrec/bin/python benchmarks/vs_torchrec.py
 
+# make torchrec-test: perfmodel's TorchRec sharding plans against TorchRec's own (construct_module_sharding_plan,
+# and its planner given the plan), in .venv-torchrec/; not part of make test.
+.PHONY: torchrec-test
+torchrec-test:
+	bash benchmarks/torchrec_env.sh
+	.venv-torchrec/bin/python -m pytest -q tests_torchrec
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 

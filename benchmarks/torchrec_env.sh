@@ -38,10 +38,10 @@ fi
 # 3. TorchRec's planner and the CPU build of fbgemm, without their (CUDA) dependency pins
 "$PIP" install --quiet --no-deps "torchrec==${TORCHREC_VERSION}" "fbgemm-gpu-cpu==${TORCHREC_VERSION}"
 
-# 4. what `import torchrec.distributed.planner` needs at run time (pyre-extensions brings typing-inspect;
+# 4. what `import torchrec.distributed.planner` needs at run time, and pytest for tests_torchrec/ (pyre-extensions brings typing-inspect;
 #    iopath, which torchrec.datasets imports, is not needed by the planner). torch is named again so that
 #    tensordict's or torchmetrics' requirements cannot swap the CPU build for another one.
-"$PIP" install --quiet "torch==${TORCH_VERSION}+cpu" tensordict "torchmetrics==1.0.3" tqdm pyre-extensions
+"$PIP" install --quiet "torch==${TORCH_VERSION}+cpu" tensordict "torchmetrics==1.0.3" tqdm pyre-extensions pytest
 
 # 5. check: the torch is a CPU one, and the planner imports
 "$VENV/bin/python" - <<'PY'

@@ -23,6 +23,7 @@ from .analysis.scaling import compare, scaling
 from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
 from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
+from .interop import load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
 
 __all__ = [
     "enable_compile_cache", "ConfigError", "Constraints", "TableConstraint", "load_constraints", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
@@ -34,4 +35,5 @@ __all__ = [
     "KNOBS", "knob", "plan_for", "planner", "sensitivity", "set_knobs", "sweep", "compare", "scaling",
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",
+    "model_from_tables", "torchrec_plan", "to_torchrec_plan", "load_torchrec_plan",
 ]

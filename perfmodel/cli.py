@@ -21,6 +21,49 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
 
+CHIPS_HELP = ("the system at N chips (whole scale-up domains and hosts), in place of the size in a preset's name "
+              "or a TOML's first size, e.g. --chips 32")
+
+
+def add_chips(p: argparse.ArgumentParser, help: str = CHIPS_HELP) -> None:
+    """--chips N beside --system: the system's family at N chips."""
+    p.add_argument("--chips", metavar="N", help=help)
+
+
+def chip_count(text) -> int | None:
+    """--chips as a whole number of chips (None when absent); ConfigError naming --chips otherwise."""
+    from .schema import MAX_CHIPS
+    if text is None:
+        return None
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= MAX_CHIPS:
+        raise ConfigError("", "--chips", f"must be one whole number of chips from 1 to {MAX_CHIPS:,}, got {text!r}")
+    return n
+
+
+def load_system_arg(args, attr: str = "system"):
+    """The System that --system (or `attr`), --chips and --chip name; a size the family cannot have
+    is an error of --chips where --chips gave it."""
+    from .hardware import load_system
+    chips = chip_count(getattr(args, "chips", None))
+    try:
+        return load_system(getattr(args, attr), chips=chips, chip=getattr(args, "chip", None))
+    except ConfigError as err:
+        if chips is not None and err.source == "" and err.field == "chips":
+            raise ConfigError("", "--chips", err.message) from None
+        raise
+
+
+def system_flags(args, attr: str = "system") -> str:
+    """The system's flags as the user gave them (`--system X --chips N --chip C`), for a command to print."""
+    flags = [f"--system {getattr(args, attr)}"]
+    flags += [f"--{k} {getattr(args, k)}" for k in ("chips", "chip") if getattr(args, k, None) is not None]
+    return " ".join(flags)
+
+
 def check_plan_output(path) -> None:
     """A plan is written as JSON, which `--plan` reads back: a new .json file where one can be written."""
     if path is not None:
@@ -29,11 +72,11 @@ def check_plan_output(path) -> None:
 
 
 def _cmd_evaluate(args) -> int:
-    from . import default_plan, evaluate, load_model, load_plan, load_system
+    from . import default_plan, evaluate, load_model, load_plan
     from .report import format_breakdown, to_dict
 
     check_plan_output(args.save_plan)
-    system = load_system(args.system, chip=args.chip)
+    system = load_system_arg(args)
     model = load_model(args.model)
     guard = None
     if args.guard is not None:
@@ -154,6 +197,12 @@ def _register_search(sub) -> None:
     register(sub)
 
 
+def _register_tables(sub) -> None:
+    """import-tables (perfmodel/cli_tables.py)."""
+    from .cli_tables import register
+    register(sub)
+
+
 def _register_fidelity(sub) -> None:
     """validate (published collective measurements) and calibrate (the local JAX device)."""
     def cmd_validate(args) -> int:
@@ -230,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(the table prints ms / us), sizes in bytes, throughput in samples/s; "
                                     "every --json key carries its unit (step_s, memory_max_bytes).")
     ev.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a system TOML path")
+    add_chips(ev)
     ev.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a model TOML path")
     ev.add_argument("--plan", help="plan JSON (per-table sharding_type + ranks, TorchRec names); default: greedy plan")
     ev.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML (e.g. a calibrated one)")
@@ -263,13 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=lambda args: __import__("perfmodel.schema", fromlist=["write"]).write(args.markdown))
     _register_analysis(sub)
     _register_search(sub)
+    _register_tables(sub)
     _register_fidelity(sub)
     return parser
 
 
 # arguments that name a file, a preset or a list: an empty one is a mistake, never "not given"
-_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "constraints", "markdown", "out", "plot", "data", "measurements",
-              "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y")
+_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "constraints", "markdown", "out", "plot", "data",
+              "measurements", "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y",
+              "csv", "dense", "name", "torchrec_module")
 
 
 def _refuse_empty(args) -> None:

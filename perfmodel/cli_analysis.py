@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 
+from .cli import CHIPS_HELP, add_chips
 from .config import ConfigError
 
 PLOT_KINDS = ("breakdown", "tradeoff", "scaling", "pareto", "timeline")
@@ -21,9 +22,9 @@ def _agg():
 
 
 def _load(args, system_attr: str = "system"):
-    from . import load_model, load_system
-    system = load_system(getattr(args, system_attr), chip=getattr(args, "chip", None))
-    return system, load_model(args.model)
+    from . import load_model
+    from .cli import load_system_arg
+    return load_system_arg(args, system_attr), load_model(args.model)
 
 
 def _plan(args, system, model):
@@ -199,6 +200,9 @@ def _cmd_plot(args) -> int:
     model = load_model(args.model)
     if kind in ("breakdown", "pareto"):
         _need(args, "systems")
+        if args.chips is not None:
+            raise ConfigError("", "--chips", f"does not apply to plot {kind}: name each system at its size in "
+                              "--systems (e.g. mtia300-64,h100-64)")
         names = [s.strip() for s in args.systems.split(",") if s.strip()]
         if not names:
             raise ConfigError("", "--systems", f"{args.systems!r} lists no system; give names, e.g. mtia300-64,h100-64")
@@ -244,6 +248,7 @@ def _cmd_plot(args) -> int:
 def _add_problem(p) -> None:
     """The arguments that name one problem: system, model, optional chip and plan."""
     p.add_argument("--system", required=True, help="system preset or TOML path")
+    add_chips(p)
     p.add_argument("--model", required=True, help="model preset or TOML path")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     p.add_argument("--plan", help="plan JSON; default: the greedy default plan")
@@ -257,6 +262,7 @@ def register(sub) -> None:
                     "Values: a:b:n (n points, linear), a:b:n:log (geometric), or x,y,z. "
                     "`--list-knobs` lists every knob with its unit. Output files are never overwritten.")
     sw.add_argument("--system", help="system preset (e.g. mtia300-64) or TOML path")
+    add_chips(sw)
     sw.add_argument("--model", help="model preset (e.g. rec-150b) or TOML path")
     sw.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     sw.add_argument("--vary", action="append", metavar="KNOB=VALUES",
@@ -307,7 +313,7 @@ def register(sub) -> None:
     pl.add_argument("--plan", help="plan JSON (timeline); default: the greedy default plan")
     pl.add_argument("--vary", action="append", metavar="KNOB=VALUES", help="tradeoff knobs (default: "
                     + " ".join(DEFAULT_TRADEOFF) + ")")
-    pl.add_argument("--chips", help="scaling: chip counts, e.g. 16,64,256")
+    add_chips(pl, help="scaling: a list of chip counts, e.g. 16,64,256; tradeoff and timeline: " + CHIPS_HELP)
     pl.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
     pl.add_argument("--x", choices=("usd", "power"), help="pareto: cost (usd, default) or power on the x axis")
     pl.add_argument("--devices", help="timeline: ranks to show")

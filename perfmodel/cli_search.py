@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from .cli import check_plan_output
+from .cli import add_chips, check_plan_output, load_system_arg, system_flags
 from .config import ConfigError
 from .constraints import for_command
 from .search.api import ITERATIONS, ROUND_WORK, default_iterations
@@ -21,6 +21,7 @@ def register(sub) -> None:
                     "Times in seconds (the table prints ms), throughput in samples/s, budget in seconds of "
                     "wall time, compile included.")
     p.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a TOML path")
+    add_chips(p)
     p.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a TOML path")
     p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed and --iterations give the same "
@@ -48,19 +49,26 @@ def register(sub) -> None:
                    "replace the model file's own [constraints.<table>] table by table")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     p.add_argument("--out", help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
+    p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
+                   help="--out's form: perfmodel's plan (default), or TorchRec's sharding plan (every table's "
+                   "ParameterSharding with its shards; pm.load_torchrec_plan reads it)")
+    p.add_argument("--torchrec-module", default=None, metavar="PATH", help="with --format torchrec: the "
+                   "embedding module's path in the model (default sparse_arch.embedding_bag_collection)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=_cmd_search)
 
 
 def _cmd_search(args) -> int:
-    from . import load_model, load_system
+    from . import load_model
     from .report import summary
     from .search.api import search
     from .search.methods import METHODS, SAMPLERS
 
     check_plan_output(args.out)            # before the search: it may run for its whole budget
-    system = load_system(args.system, chip=args.chip)
+    if args.torchrec_module is not None and args.format != "torchrec":
+        raise ConfigError("", "--torchrec-module", "is for --format torchrec")
+    system = load_system_arg(args)
     model = load_model(args.model)
     constraints = for_command(args.model, args.constraints)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
@@ -97,7 +105,11 @@ def _cmd_search(args) -> int:
                               progress=not args.no_progress and not args.json))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
-    if args.out is not None:
+    if args.out is not None and args.format == "torchrec":
+        from .interop.torchrec_plan import DEFAULT_MODULE, save_torchrec_plan, torchrec_plan
+        save_torchrec_plan(torchrec_plan(chosen.plan, system, model,
+                                         module_path=args.torchrec_module or DEFAULT_MODULE), args.out)
+    elif args.out is not None:
         chosen.plan.save(args.out)
     if args.json:
         out = {"system": system.name, "model": model.name, "results": [{
@@ -143,8 +155,10 @@ def _cmd_search(args) -> int:
         if len(results) > 1:
             print(f"(the table's {chosen.method} row is at the chosen value; "
                   f"{', '.join(r.method for r in results[1:])} at the preset's)")
-    if args.out is not None:
-        print(f"\nplan written to {args.out} (perfmodel evaluate --system {args.system} --model {args.model} --plan {args.out})")
+    if args.out is not None and args.format == "torchrec":
+        print(f"\nTorchRec sharding plan written to {args.out} (pm.load_torchrec_plan({args.out!r}) gives its ShardingPlan)")
+    elif args.out is not None:
+        print(f"\nplan written to {args.out} (perfmodel evaluate {system_flags(args)} --model {args.model} --plan {args.out})")
     return 0
 
 

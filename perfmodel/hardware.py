@@ -367,10 +367,14 @@ def load_system(name_or_path: str | Path, *, chips: int | None = None,
             if not 1 <= n <= MAX_CHIPS:
                 raise ConfigError("", "system", f"{text!r} has {n:,} chips; a system has 1 to {MAX_CHIPS:,}")
             count = n
-    return _parse_system(read_file(path), str(path), count, chip)
+    # a size that does not fit the family is the fault of where the size came from: the `chips`
+    # argument when given, the family file's levels otherwise (a name's size, a TOML's first size)
+    blame = ("", "chips") if chips is not None else None
+    return _parse_system(read_file(path), str(path), count, chip, blame)
 
 
-def _parse_system(data: dict, src: str, count: int | None, chip_override) -> System:
+def _parse_system(data: dict, src: str, count: int | None, chip_override,
+                  blame: tuple[str, str] | None = None) -> System:
     top = Section(data, src)
     family = top.text("name")
     top.text("description", default="")
@@ -416,13 +420,18 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
         if size >= n:
             break
     top.finish()
+    where = lambda lname: "" if blame is None else f" ({lname!r} in {src})"     # the file is not in the blame
+    most = parsed[-1][0]
     if levels[-1][0] < n:
-        raise ConfigError(src, "network.levels", f"the outermost level holds {levels[-1][0]} chips; the system has {n}")
-    for size, *_ in levels:
+        raise ConfigError(*(blame or (src, "network.levels")), f"the outermost level{where(levels[-1][2])} holds "
+                          f"{most:,} chips; the system has {n:,}: use at most {most:,}")
+    for size, _, lname, *_ in levels:
         if n % size:
-            raise ConfigError(src, "chips", f"{n} chips do not fill whole domains of {size}; use a multiple of {size}")
+            raise ConfigError(*(blame or (src, "chips")), f"{n} chips do not fill whole domains of {size}"
+                              f"{where(lname)}; use a multiple of {size}{_near(n, size, most)}")
     if n % per_host and n > per_host:
-        raise ConfigError(src, "chips", f"{n} chips do not fill whole hosts of {per_host}")
+        raise ConfigError(*(blame or (src, "chips")), f"{n} chips do not fill whole hosts of {per_host}"
+                          f"{where('chips_per_host')}; use a multiple of {per_host}{_near(n, per_host, most)}")
 
     chip_path = _resolve("chips", chip_override if chip_override is not None else chip_name)
     chip_data, chip_src = read_file(chip_path), str(chip_path)
@@ -436,6 +445,12 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override) -> Sys
     return System(chip=chip, nic=nic, offload=off, levels=lv, host_power_W=_f(host_W),
                   host_usd_per_hour=_f(host_usd), num_chips=n, chips_per_host=min(per_host, n),
                   name=f"{family}-{n}")
+
+
+def _near(n: int, step: int, most: int) -> str:
+    """The sizes next to n that are whole multiples of `step` (at most `most`), as ' (e.g. 32 or 48)'."""
+    near = [m for m in (n // step * step, (n // step + 1) * step) if 1 <= m <= most]
+    return f" (e.g. {' or '.join(str(m) for m in near)})" if near else ""
 
 
 def system_families() -> list[tuple[str, list[int], str]]:

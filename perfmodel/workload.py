@@ -37,7 +37,9 @@ class EmbeddingTables:
     opt_bytes_per_element: jax.Array # optimizer state per element (Adam: 2 x fp32 = 8 B)
     bytes_per_element: jax.Array
     index_bytes: jax.Array
+    features: jax.Array              # features reading the table (TorchRec's feature_names); their lookups add up in pooling
     names: tuple[str, ...] = static(default=())
+    feature_names: tuple[tuple[str, ...], ...] = static(default=())   # per table; () where the file names none
 
     @property
     def count(self) -> int:
@@ -48,8 +50,9 @@ class EmbeddingTables:
         return self.dim * (self.bytes_per_element + self.opt_bytes_per_element) + self.opt_bytes_per_row
 
     def output_per_sample(self) -> jax.Array:
-        """Embedding vectors each table returns per sample: 1 (pooled) or pooling (sequence)."""
-        return 1.0 + self.sequence * (self.pooling - 1.0)
+        """Embedding vectors each table returns per sample: one per feature (pooled), or one per
+        lookup (sequence): features + sequence (pooling - features)."""
+        return self.features + self.sequence * (self.pooling - self.features)
 
 
 @_pytree
@@ -192,7 +195,6 @@ def _synthetic(s: Section, src: str) -> dict:
 
 def _parse_tables(s: Section, src: str) -> EmbeddingTables:
     num = _reader(s, MODEL, "embeddings")
-    bpe = num("bytes_per_element")
     opt = s.text("optimizer", EMB_OPTIMIZERS)
     idx = num("index_bytes")
     if s.has("synthetic"):
@@ -215,13 +217,39 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
         names = s.raw("names", [f"t{i}" for i in range(t)])
         if not isinstance(names, list) or len(names) != t or len(set(map(str, names))) != t:
             raise s.error("names", f"must be a list of {t} distinct names")
+    t = len(rows)
+    # one width for every table (a scalar leaf, as knobs set it), or one per table
+    bpe = (s.nums(MODEL["embeddings.bytes_per_element"].num(), t) if isinstance(s.data.get("bytes_per_element"), list)
+           else num("bytes_per_element"))
+    features = _feature_names(s, t)
     s.finish()
     opt_row, opt_elem = {"sgd": (0.0, 0.0), "rowwise_adagrad": (4.0, 0.0), "adam": (0.0, 8.0)}[opt]
     f = lambda x: jnp.asarray(x, jnp.float32)
     return EmbeddingTables(rows=f(rows), dim=f(dim), pooling=f(pool), access_skew=f(skew), sequence=f(seq),
                            opt_bytes_per_row=f(opt_row + 0.0 * np.asarray(dim)),
                            opt_bytes_per_element=f(opt_elem), bytes_per_element=f(bpe), index_bytes=f(idx),
-                           names=tuple(str(n) for n in names))
+                           features=f([max(len(fs), 1) for fs in features]), names=tuple(str(n) for n in names),
+                           feature_names=features)
+
+
+def _feature_names(s: Section, t: int) -> tuple[tuple[str, ...], ...]:
+    """[embeddings] features: per table, the names of the features that read it (several features
+    on one table each return their own pooled vector); optional, one feature per table by default."""
+    raw = s.raw("features", [])
+    if raw == []:
+        return ((),) * t
+    ok = isinstance(raw, list) and len(raw) == t and all(
+        isinstance(fs, list) and fs and all(isinstance(x, str) and x for x in fs) for fs in raw)
+    if not ok:
+        raise s.error("features", f"must be a list of {t} lists (one per table) of feature names, each list non-empty")
+    seen: dict[str, int] = {}
+    for i, fs in enumerate(raw):          # several features on one table are fine; one feature on two is not
+        for x in fs:
+            if x in seen and seen[x] != i:
+                raise s.error(f"features[{i}]", f"names feature {x!r}, which table {seen[x]} reads already: a feature "
+                              "reads one table (give the tables one feature name each)")
+            seen[x] = i
+    return tuple(tuple(fs) for fs in raw)
 
 
 def _gemm_count(kind: str, p: dict) -> int:
@@ -277,9 +305,9 @@ def _parse_dense(s: Section, src: str) -> tuple[Dense, list]:
 def _check_widths(layers: list, tables: EmbeddingTables, src: str) -> None:
     """The widths the dense part declares against what feeds it (DLRM's wiring: the bottom stage's
     output and the tables' embeddings meet in the first top layer): a dot interaction takes the
-    T tables' pooled vectors and the bottom output as T + 1 features of the tables' one dim; a DCNv2
-    cross network takes their concatenation, width = bottom output + sum of dim x vectors per
-    sample; an MLP after an MLP, dot or DCNv2 layer of its stage takes that layer's output. A
+    V vectors the tables return per sample (one per feature when pooled) and the bottom output as
+    V + 1 features of the tables' one dim; a DCNv2 cross network takes their concatenation, width =
+    bottom output + sum of dim x vectors per sample; an MLP after an MLP, dot or DCNv2 layer of its stage takes that layer's output. A
     transformer or HSTU block reads sequences whose layout the file does not say: not checked."""
     def out(layer) -> float:
         return layer_output_width(layer[1], layer[4])
@@ -288,18 +316,18 @@ def _check_widths(layers: list, tables: EmbeddingTables, src: str) -> None:
     top = [l for l in layers if l[3] == "top"]
     first, b_out = (top[0] if top else (0, "", "", "", {})), (out(bottom[-1]) if bottom else 0.0)
     dims = np.asarray(tables.dim, np.float64)
-    emb = float(np.sum(np.asarray(tables.output_per_sample(), np.float64) * dims))
-    T = len(dims)
+    vectors = np.asarray(tables.output_per_sample(), np.float64)
+    emb, V, T = float(np.sum(vectors * dims)), int(round(float(np.sum(vectors)))), len(dims)
     fed = f"the bottom output ({b_out:g}) and the {T} tables' embeddings ({emb:,.0f})" if bottom else \
         f"the {T} tables' embeddings ({emb:,.0f})"
     if first[1] == "dcnv2" and first[4]["width"] != b_out + emb:
         raise ConfigError(src, name(first, "width"), f"is {first[4]['width']:,g}; the cross network takes {fed}: "
                           f"{b_out + emb:,.0f}")
     if first[1] == "dot":
-        p, want = first[4], T + (1 if bottom else 0)
+        p, want = first[4], V + (1 if bottom else 0)
         if p["features"] != want:
-            raise ConfigError(src, name(first, "features"), f"is {p['features']:g}; the interaction takes the {T} "
-                              f"tables' vectors" + (" and the bottom output" if bottom else "") + f": {want}")
+            raise ConfigError(src, name(first, "features"), f"is {p['features']:g}; the interaction takes the {V} "
+                              f"vectors of the {T} tables" + (" and the bottom output" if bottom else "") + f": {want}")
         widths = set(dims.tolist()) | ({b_out} if bottom else set())
         if widths != {p["dim"]}:
             raise ConfigError(src, name(first, "dim"), f"is {p['dim']:g}; the dot interaction needs every vector "

@@ -77,6 +77,8 @@ def spec_from_dict(data: dict, src: str = "model", *, batch: int | None = None,
     tb = model.tables
     if float(np.max(np.asarray(tb.sequence))) > 0:
         raise ConfigError(src, "embeddings.sequence", "the reference step supports pooled features only")
+    if float(np.max(np.asarray(tb.features))) > 1:
+        raise ConfigError(src, "embeddings.features", "the reference step reads each table with one feature")
     dims = np.asarray(tb.dim).astype(int)
     if len(set(dims.tolist())) != 1:
         raise ConfigError(src, "embeddings.dim", "the reference step needs one embedding dim for every table "
@@ -88,9 +90,10 @@ def spec_from_dict(data: dict, src: str = "model", *, batch: int | None = None,
     rows = [int(r) for r in np.asarray(tb.rows, np.float64)]
     if max_rows is not None:
         rows = [min(r, int(max_rows)) for r in rows]
-    bpe = float(tb.bytes_per_element)
-    if bpe not in ELEMENT_DTYPES:
-        raise ConfigError(src, "embeddings.bytes_per_element", "the reference step stores tables in fp32 (4) or bf16 (2)")
+    bpes = set(np.asarray(tb.bytes_per_element, np.float64).ravel().tolist())
+    bpe = bpes.pop()
+    if bpes or bpe not in ELEMENT_DTYPES:
+        raise ConfigError(src, "embeddings.bytes_per_element", "the reference step stores every table in fp32 (4) or every table in bf16 (2)")
     layers = _layers(data, src, T, d)
     opt = data["embeddings"].get("optimizer", "rowwise_adagrad")
     return Spec(name=model.name, tables=tb.names, rows=tuple(rows), dim=d,

@@ -51,7 +51,7 @@ def _matmul_model(n: int, dtype_bytes: float):
     f = lambda x: jnp.asarray(x, jnp.float32)
     dense = Dense(m=f([1.0]), n=f([n]), k=f([n]), weighted=f([1.0]), bias=f([0.0]), elementwise=f([0.0]),
                   bottom=(False,), layer=("matmul",))
-    tables = EmbeddingTables(*(f([1.0]) for _ in range(9)), names=("t",))
+    tables = EmbeddingTables(*(f([1.0]) for _ in range(10)), names=("t",))
     return RankingModel(tables=tables, dense=dense, global_batch=f(n), param_bytes=f(dtype_bytes),
                         activation_bytes=f(dtype_bytes), dense_opt_values=f(0.0), dense_dtype="bf16", name="matmul")
 

@@ -1,0 +1,198 @@
+"""A full TorchRec plan out: per table a ParameterSharding with the shards TorchRec's planner emits.
+
+    plan_json = pm.torchrec_plan(plan, system, model)        # plain dicts, no torchrec needed
+    sharding_plan = pm.to_torchrec_plan(plan, system, model) # torchrec.distributed.types.ShardingPlan
+
+The shards mirror TorchRec 1.8's own helpers (torchrec/distributed/sharding_plan.py, the ones
+`construct_module_sharding_plan` calls), so that the plan equals, shard for shard, what TorchRec
+builds from the same per-table choices:
+  - table_wise: one shard [rows, dim] at [0, 0] on the table's rank;
+  - column_wise over k ranks: shard j of [rows, dim / k] at [0, j dim / k] on ranks[j], in the
+    plan's rank order (`column_wise(ranks=...)`); TorchRec widens a shard to the next divisor of dim
+    that is a multiple of 4 (`_find_base_dim`), so a plan whose dim / k is not one is refused;
+  - row_wise over all D ranks and table_row_wise over the local_size ranks of one host: blocks of
+    ceil(rows / n) rows, the last ranks holding the remainder or nothing
+    (`_calculate_rw_shard_sizes_and_offsets`: 10 rows on 4 ranks are 3, 3, 3, 1);
+  - data_parallel: no sharding spec, every rank, the "dense" kernel.
+A placement is "rank:N/cuda:(N mod local_size)" ("rank:N/cpu" for device_type "cpu"), as
+TorchRec's `placement`. The compute kernel is "fused" for a table all in HBM and
+"fused_uvm_caching" for one in host DRAM with an HBM cache, whose cache_params.load_factor is the
+plan's cache_ratio. TorchRec's table-row-wise spans one host of local_size ranks; perfmodel's spans
+one scale-up domain, so local_size is the system's scale-up domain size, the local world size to
+run TorchRec with.
+
+The dict form is TorchRec's own serialization (`ShardingPlan._serialize()`: {"plan": {module path:
+{table: {sharding_type, compute_kernel, ranks, shards: [{shard_offsets, shard_sizes, placement}]}}}})
+with each cached table's cache_params added, and world_size, local_size and device_type beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, read_file
+from ..plan import Plan, PlanArrays, compute_kernel, from_arrays, validate_plan
+
+DEFAULT_MODULE = "sparse_arch.embedding_bag_collection"      # TorchRec's DLRM: model.sparse_arch.embedding_bag_collection
+DEVICE_TYPES = ("cuda", "mtia", "cpu")
+_INSTALL = ("needs torchrec (pip install torchrec, or `bash benchmarks/torchrec_env.sh` for a CPU build); without it, "
+            "pm.torchrec_plan(plan, system, model) gives the same plan as plain dicts, and `perfmodel search ... "
+            "--out plan.json --format torchrec` writes it as JSON (pm.load_torchrec_plan reads it where torchrec is)")
+
+
+def row_blocks(rows: int, n: int) -> list[int]:
+    """Rows per rank of a table split over n ranks as TorchRec splits it: ceil(rows / n) each, the
+    rank after the last full block the remainder, the rest none."""
+    block = -(-rows // n)
+    full = rows // block
+    return [block if r < full else rows - block * full if r == full else 0 for r in range(n)]
+
+
+def column_block(dim: int, k: int) -> int:
+    """The column shard width TorchRec makes of dim / k (sharding_plan._find_base_dim): the smallest
+    divisor of dim from dim / k up that is a multiple of 4, else dim."""
+    return next((i for i in range(dim // k, dim) if dim % i == 0 and i % 4 == 0), dim)
+
+
+def placement(rank: int, device_type: str, local_size: int) -> str:
+    """TorchRec's placement string of a shard on `rank` (sharding_plan.placement)."""
+    return f"rank:{rank}/{device_type}:{rank % local_size}" if device_type in ("cuda", "mtia") else f"rank:{rank}/{device_type}"
+
+
+def _as_plan(plan: Any, system, model) -> tuple:
+    from ..evaluate import resolve
+    plan = getattr(plan, "plan", plan)             # a SearchResult
+    system, model, plan = resolve(system, model, plan)
+    if plan is None:
+        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
+    if isinstance(plan, PlanArrays):
+        plan = from_arrays(plan, system, model)
+    validate_plan(plan, system, model)
+    return plan, system, model
+
+
+def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module_path: str = DEFAULT_MODULE,
+                  device_type: str = "cuda") -> dict:
+    """The TorchRec sharding plan of `plan` as plain dicts (module docstring); no torchrec needed.
+    plan: a Plan, PlanArrays, a plan JSON path or a SearchResult; system, model: objects or presets."""
+    if not isinstance(module_path, str):
+        raise ConfigError("", "module_path", f"must be the module's path in the model (e.g. {DEFAULT_MODULE!r}), "
+                          f"got {module_path!r}")
+    if device_type not in DEVICE_TYPES:
+        raise ConfigError("", "device_type", f"is {device_type!r}; allowed: {', '.join(DEVICE_TYPES)}")
+    plan, system, model = _as_plan(plan, system, model)
+    D, L = system.num_chips, system.domain_size
+    tb = model.tables
+    tables = {}
+    for i, name in enumerate(tb.names):
+        t = plan.tables[name]
+        rows, dim = int(float(tb.rows[i])), int(float(tb.dim[i]))
+        st, ranks = t.sharding_type, list(t.ranks)
+        where = lambda r: placement(r, device_type, L)
+        if st == "table_wise":
+            shards = [([0, 0], [rows, dim], ranks[0])]
+        elif st == "column_wise":
+            k = len(ranks)
+            width = dim // k
+            if column_block(dim, k) != width:
+                block = column_block(dim, k)
+                raise ConfigError("plan", f"tables.{name}.ranks", f"column_wise over {k} ranks makes shards of {width} "
+                                  f"columns; TorchRec's are a multiple of 4 columns wide and it would make {dim // block} "
+                                  f"shard(s) of {block} instead: choose a shard count whose dim / k is a multiple of 4")
+            shards = [([0, j * width], [rows, width], r) for j, r in enumerate(ranks)]
+        elif st in ("row_wise", "table_row_wise"):
+            group = list(range(D)) if st == "row_wise" else list(range(ranks[0] // L * L, ranks[0] // L * L + L))
+            blocks = row_blocks(rows, len(group))
+            starts = [sum(blocks[:j]) for j in range(len(blocks))]
+            shards = [([s, 0], [b, dim], r) for s, b, r in zip(starts, blocks, group)]
+            ranks = group
+        else:
+            shards, ranks = None, list(range(D))
+        kernel = compute_kernel(st, t.cache_ratio)
+        entry = {"sharding_type": st, "compute_kernel": kernel, "ranks": [s[2] for s in shards] if shards else ranks}
+        if shards is not None:
+            entry["shards"] = [{"shard_offsets": o, "shard_sizes": s, "placement": where(r)} for o, s, r in shards]
+        if kernel == "fused_uvm_caching":
+            entry["cache_params"] = {"load_factor": float(t.cache_ratio)}
+        tables[name] = entry
+    return {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
+            "source": f"perfmodel: model {model.name}, system {system.name}"}
+
+
+def _torchrec_types():
+    try:
+        from torchrec.distributed.types import (CacheParams, EmbeddingModuleShardingPlan, EnumerableShardingSpec,
+                                                ParameterSharding, ShardingPlan, ShardMetadata)
+    except Exception as err:          # ImportError, or a torch / fbgemm library that fails to load
+        raise ImportError(f"to_torchrec_plan {_INSTALL} ({type(err).__name__}: {err})") from None
+    return CacheParams, EmbeddingModuleShardingPlan, EnumerableShardingSpec, ParameterSharding, ShardingPlan, ShardMetadata
+
+
+def sharding_plan(data: dict, src: str = "plan"):
+    """TorchRec's ShardingPlan of the dict form (torchrec_plan's, or its JSON read back)."""
+    CacheParams, ModulePlan, Spec, ParameterSharding, ShardingPlan, ShardMetadata = _torchrec_types()
+    _check_dict(data, src)
+    out = {}
+    for module, tables in data["plan"].items():
+        mp = ModulePlan()
+        for name, t in tables.items():
+            shards = t.get("shards")
+            cache = t.get("cache_params")
+            mp[name] = ParameterSharding(
+                sharding_type=t["sharding_type"], compute_kernel=t["compute_kernel"], ranks=list(t["ranks"]),
+                sharding_spec=None if shards is None else Spec([
+                    ShardMetadata(shard_offsets=list(s["shard_offsets"]), shard_sizes=list(s["shard_sizes"]),
+                                  placement=s["placement"]) for s in shards]),
+                cache_params=None if cache is None else CacheParams(load_factor=float(cache["load_factor"])))
+        out[module] = mp
+    return ShardingPlan(plan=out)
+
+
+def _check_dict(data: Any, src: str) -> None:
+    """One clear error for a dict form that is not one (a hand-edited JSON)."""
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict) or not data["plan"]:
+        raise ConfigError(src, "plan", "must be an object of module path -> tables (perfmodel search --format torchrec)")
+    for module, tables in data["plan"].items():
+        if not isinstance(tables, dict):
+            raise ConfigError(src, f"plan.{module}", "must be an object of table name -> sharding")
+        for name, t in tables.items():
+            f = f"plan.{module}.{name}"
+            if not isinstance(t, dict):
+                raise ConfigError(src, f, "must be an object with sharding_type, compute_kernel, ranks")
+            for key, kind in (("sharding_type", str), ("compute_kernel", str), ("ranks", list)):
+                if not isinstance(t.get(key), kind):
+                    raise ConfigError(src, f"{f}.{key}", f"is missing or not a {kind.__name__}")
+            shards = t.get("shards")
+            if shards is not None and not (isinstance(shards, list) and shards and all(
+                    isinstance(s, dict) and isinstance(s.get("placement"), str)
+                    and all(isinstance(s.get(k), list) and len(s[k]) == 2 and all(isinstance(x, int) and x >= 0 for x in s[k])
+                            for k in ("shard_offsets", "shard_sizes")) for s in shards)):
+                raise ConfigError(src, f"{f}.shards", "must be a list of {shard_offsets: [row, col], shard_sizes: "
+                                  "[rows, cols], placement: 'rank:N/cuda:M'} (non-negative integers)")
+            cache = t.get("cache_params")
+            if cache is not None and not (isinstance(cache, dict) and isinstance(cache.get("load_factor"), (int, float))
+                                          and 0 < cache["load_factor"] <= 1):
+                raise ConfigError(src, f"{f}.cache_params", "must be {load_factor: a number in (0, 1]}")
+
+
+def to_torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module_path: str = DEFAULT_MODULE,
+                     device_type: str = "cuda"):
+    """TorchRec's ShardingPlan of `plan` (torchrec_plan's dicts as TorchRec objects): hand it to
+    DistributedModelParallel(..., plan=...). Needs torchrec; an ImportError says what to do without."""
+    _torchrec_types()                # before any work: the error a user without torchrec needs first
+    return sharding_plan(torchrec_plan(plan, system, model, module_path=module_path, device_type=device_type))
+
+
+def load_torchrec_plan(path: str | Path):
+    """TorchRec's ShardingPlan of a JSON written by `perfmodel search --format torchrec`."""
+    data = read_file(path)
+    _check_dict(data, str(path))          # a bad file is a ConfigError whether or not torchrec is here
+    return sharding_plan(data, str(path))
+
+
+def save_torchrec_plan(data: dict, path: str | Path) -> None:
+    """Write the dict form as JSON to a new file (never overwrites)."""
+    from ..analysis.table import write_new
+    write_new(path, json.dumps(data, indent=1) + "\n")

@@ -1,0 +1,103 @@
+"""`--chips N`: every command that takes --system loads the system's family at N chips (a preset
+name's size replaced, a TOML path at a size other than its smallest), and a bad N ends in one error
+line naming --chips and what is allowed. All but one test stop before anything is compiled; that
+one evaluates h100-8 / dlrm-small, test_cli's problem, so one compiled program serves both."""
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.cli import build_parser, load_system_arg, main
+from perfmodel.config import ConfigError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+MTIA = str(DATA / "systems" / "mtia300.toml")     # sizes = [16, ...]: a TOML path loads 16 chips unless --chips
+H100 = str(DATA / "systems" / "h100.toml")
+
+# each command that takes --system, as far as its own arguments go ({out}: a folder for its output)
+COMMANDS = {
+    "evaluate": ["evaluate", "--model", "dlrm-small"],
+    "search": ["search", "--model", "dlrm-small"],
+    "sweep": ["sweep", "--model", "dlrm-small", "--vary", "offload_engines=0,16"],
+    "sensitivity": ["sensitivity", "--model", "dlrm-small"],
+    "trace": ["trace", "--model", "dlrm-small", "--out", "{out}/t.json"],
+    "plot-tradeoff": ["plot", "tradeoff", "--model", "dlrm-small", "--out", "{out}/t.png"],
+    "plot-timeline": ["plot", "timeline", "--model", "dlrm-small", "--out", "{out}/t.png"],
+}
+
+
+def argv(command, out=Path(".")):
+    return [a.replace("{out}", str(out)) for a in COMMANDS[command]]
+
+
+def run(argv):
+    """(exit code, stdout, stderr) of main(argv)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_loads_a_toml_at_the_chips_given(command):
+    args = build_parser().parse_args(argv(command) + ["--system", MTIA, "--chips", "48"])
+    system = load_system_arg(args)
+    assert system.name == "mtia300-48" and system.num_chips == 48
+    assert [lv.size for lv in system.levels] == [16, 48]          # three racks of 16 under the cluster level
+    plain = load_system_arg(build_parser().parse_args(argv(command) + ["--system", MTIA]))
+    assert plain.num_chips == 16                                  # the TOML's smallest size without --chips
+
+
+@pytest.mark.parametrize("chips,pieces", [
+    ("0", ["from 1 to 65,536", "got '0'"]),
+    ("-8", ["from 1 to 65,536", "got '-8'"]),
+    ("x", ["one whole number of chips", "got 'x'"]),
+    ("1.5", ["one whole number of chips", "got '1.5'"]),
+    ("16,32", ["one whole number of chips", "got '16,32'"]),
+    ("65537", ["from 1 to 65,536"]),
+    ("40", ["40 chips do not fill whole domains of 16", "'rack' in", "mtia300.toml", "e.g. 32 or 48"]),
+    ("8192", ["outermost level ('cluster' in", "holds 4,096 chips", "use at most 4,096"]),
+], ids=["zero", "negative", "text", "fraction", "list", "beyond-the-most", "partial-domain", "beyond-the-outer-level"])
+def test_bad_chips_is_one_error_naming_the_flag(chips, pieces):
+    code, out, err = run(["evaluate", "--system", "mtia300-16", "--chips", chips, "--model", "dlrm-small"])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("perfmodel: error: field '--chips': ")
+    for piece in pieces:
+        assert piece in err, (piece, err)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_a_bad_chips_before_any_work(command, tmp_path):
+    code, _, err = run(argv(command, tmp_path) + ["--system", H100, "--chips", "12"])
+    assert code == 2 and len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
+    assert "field '--chips': 12 chips do not fill whole domains of 8 ('node' in" in err and "e.g. 8 or 16" in err
+
+
+def test_plot_breakdown_refuses_chips_and_scaling_keeps_its_list(tmp_path):
+    code, _, err = run(["plot", "breakdown", "--systems", "h100-8", "--chips", "8", "--model", "dlrm-small",
+                        "--out", str(tmp_path / "b.png")])
+    assert code == 2 and "field '--chips': does not apply to plot breakdown" in err
+    helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["plot"]._actions}
+    assert "scaling: a list of chip counts, e.g. 16,64,256" in helps["chips"]
+
+
+def test_python_chips_names_the_argument_and_the_family_file():
+    with pytest.raises(ConfigError) as info:
+        pm.load_system("mtia300-16", chips=40)
+    err = info.value
+    assert (err.source, err.field) == ("", "chips")
+    assert "('rack' in " in err.message and "mtia300.toml" in err.message and "(e.g. 32 or 48)" in err.message
+
+
+def test_chips_replaces_the_size_of_a_preset_name():
+    code, out, _ = run(["evaluate", "--system", "h100-64", "--chips", "8", "--model", "dlrm-small", "--json"])
+    assert code == 0
+    got = json.loads(out)
+    code, out, _ = run(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--json"])
+    want = json.loads(out)
+    assert got["system"] == "h100-8" and got["summary"] == want["summary"] and got["plan"] == want["plan"]
