@@ -43,3 +43,17 @@ def test_a_dot_interaction_counts_the_tables_and_the_bottom_output():
         with pytest.raises(pm.ConfigError) as e:
             parse_model(tomllib.loads(text.replace(old, new)), "s.toml")
         assert f"dense.layers[1].{field}'" in str(e.value) and want in str(e.value)
+
+
+def test_a_feature_reads_one_table_and_a_table_may_have_several():
+    text = DATA_DIR.joinpath("models", "dlrm-small.toml").read_text()
+    names = [[f"f{i}"] for i in range(8)]
+    several = [["f0", "g0"]] + names[1:]
+    # two features on c0: the dot interaction then takes 9 + 1 vectors, its output 10 x 9 / 2 + 64 wide
+    fixed = text.replace("features = 9 ", "features = 10 ").replace("input = 100 ", "input = 109 ")
+    model = parse_model(tomllib.loads(fixed.replace("[embeddings]", f"[embeddings]\nfeatures = {several}")), "s.toml")
+    assert model.tables.feature_names[0] == ("f0", "g0")
+    shared = [["f0"], ["f0"]] + names[2:]
+    with pytest.raises(pm.ConfigError) as e:
+        parse_model(tomllib.loads(text.replace("[embeddings]", f"[embeddings]\nfeatures = {shared}")), "s.toml")
+    assert "embeddings.features[1]'" in str(e.value) and "'f0'" in str(e.value) and "table 0" in str(e.value)
