@@ -394,8 +394,8 @@ def violations(pa: PlanArrays, lim: Limits):
 def plan_violations(plan: Plan, constraints, system, model, src: str = "plan") -> list[tuple[str, str]]:
     """Each (field, message) by which a discrete plan breaks the constraints, in table order."""
     c = as_constraints(constraints)
+    check_tables(c, model.tables)
     out = []
-    D, L = system.num_chips, system.domain_size
     dims = {n: int(d) for n, d in zip(model.tables.names, np.asarray(model.tables.dim))}
     for name, tc in c.tables.items():
         t = plan.tables.get(name)
