@@ -212,3 +212,17 @@ def test_constraint_files_and_a_model_files_constraints(inst, tmp_path, capsys):
     assert main(["evaluate", "--system", "mtia300-16", "--model", str(with_c), "--plan", str(tmp_path / "p.json"),
                  "--constraints", str(other)]) == 0
     assert "constraint broken: tables.c0.ranks are [2]; its constraint ranks allows [1]" in capsys.readouterr().out
+
+
+def test_pinned_ranks_allow_table_row_wise_on_a_whole_domain_only():
+    system, model = pm.load_system("h100-16"), pm.load_model("dlrm-small")      # two scale-up domains of 8
+    assert system.domain_size == 8
+    TWRW, RW = SHARDING_TYPES.index("table_row_wise"), SHARDING_TYPES.index("row_wise")
+    lim = resolve({"c7": {"ranks": list(range(8, 16))}}, system, model)
+    assert lim.domains[7].tolist() == [0.0, 1.0] and lim.types[7, TWRW] == 1 and lim.types[7, RW] == 0
+    lim = resolve({"c7": {"ranks": list(range(4, 12))}}, system, model)
+    assert lim.domains[7].tolist() == [0.0, 0.0] and lim.types[7, TWRW] == 0
+    plan = pm.default_plan(system, model)
+    plan.tables["c7"] = pm.TablePlan("table_row_wise", list(range(8, 16)))
+    assert plan_violations(plan, {"c7": {"ranks": list(range(8, 16))}}, system, model) == []
+    assert plan_violations(plan, {"c7": {"ranks": list(range(8))}}, system, model)[0][0] == "tables.c7.ranks"
