@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import ConfigError, Section, exists, preset_names, preset_path, read_file
-from .schema import CHIP, GB, GBIT, GBPS, MAX_CHIPS, SYSTEM, TF, US
+from .schema import CHIP, CHIP_OPTIONS, GB, GBIT, GBPS, LEVEL_LINKS, MAX_CHIPS, NIC_ATTACH, SCALE_UP_KINDS, SYSTEM, TF, US
 
 
 
@@ -243,7 +243,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
 
     n = top.sub("nic")
     num = _reader(n, CHIP, "nic")
-    attach = n.text("attach", ("integrated", "pcie"))
+    attach = n.text("attach", NIC_ATTACH)
     ports = num("ports")
     port_bw = num("port_bandwidth_Gbps")
     active = num("active_ports", hi=ports)
@@ -263,7 +263,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     su_bw = num("bandwidth_GBps", required=not shared, default=None if not shared else 0.0)
     su_lat = num("latency_us", required=not shared, default=None if not shared else 0.0)
     su_eff = num("bandwidth_efficiency")
-    su_kind = su.text("kind", ("nvlink", "pcie"), default="nvlink")
+    su_kind = su.text("kind", SCALE_UP_KINDS, default=CHIP_OPTIONS["scale_up.kind"].default)
     nvls_eff = num("nvls_efficiency", required=False, default=su_eff)
     su.finish()
     if shared and su_bw:
@@ -404,7 +404,7 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
         s = Section(raw, src, f"network.levels[{i}].")
         num = _reader(s, SYSTEM, "network.levels[]")
         lname = s.text("name")
-        link = s.text("link", ("scale_up", "scale_out"))
+        link = s.text("link", LEVEL_LINKS)
         size = int(num("domain_chips"))
         lat = num("latency_us")
         over = num("oversubscription")

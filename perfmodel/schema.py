@@ -269,6 +269,9 @@ STAGES = ("bottom", "top")
 EMB_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
 DENSE_OPTIMIZER_NAMES = ("sgd", "adagrad", "adam")
 GUARD_UNITS = ("s", "ms", "us")
+NIC_ATTACH = ("integrated", "pcie")
+SCALE_UP_KINDS = ("nvlink", "pcie")
+LEVEL_LINKS = ("scale_up", "scale_out")
 
 
 @dataclass(frozen=True)
@@ -298,10 +301,10 @@ _one = lambda choices: "one of " + ", ".join(choices)
 CHIP_OPTIONS = _options(
     ("", "name", "text", "any", None, "the chip's name"),
     ("", "description", "text", "any", "", "one line for `perfmodel list`"),
-    ("nic", "attach", "text", _one(("integrated", "pcie")), None,
+    ("nic", "attach", "text", _one(NIC_ATTACH), None,
      "integrated: in the package, DMA from HBM; pcie: behind a PCIe link"),
     ("nic", "serves_scale_up", "flag", "true or false", None, "the NIC also carries scale-up traffic (no [scale_up] link)"),
-    ("scale_up", "kind", "text", _one(("nvlink", "pcie")), "nvlink", "what the scale-up link is"),
+    ("scale_up", "kind", "text", _one(SCALE_UP_KINDS), "nvlink", "what the scale-up link is"),
 )
 SYSTEM_OPTIONS = _options(
     ("", "name", "text", "any", None, "the family's name (systems are <name>-<chips>)"),
@@ -309,7 +312,7 @@ SYSTEM_OPTIONS = _options(
     ("", "chip", "text", "a chip preset or a chip TOML path", None, "the chip every rank is"),
     ("", "nic", "table", "fields of the chip's [nic]", "{}", "the node's NICs, replacing the chip's fields (a cloud instance's)"),
     ("network.levels[]", "name", "text", "any", None, "the level's name (nvlink, leaf, spine, ...)"),
-    ("network.levels[]", "link", "text", _one(("scale_up", "scale_out")), None, "which link carries this level"),
+    ("network.levels[]", "link", "text", _one(LEVEL_LINKS), None, "which link carries this level"),
     ("network.levels[]", "switch_reduction", "flag", "true or false", "false", "switches reduce in the network (SHARP-like)"),
 )
 MODEL_OPTIONS = _options(
