@@ -8,6 +8,7 @@
 
 from .cache import enable_compile_cache
 from .config import ConfigError
+from .constraints import Constraints, TableConstraint, load_constraints
 from .evaluate import PHASES, Breakdown, evaluate
 from .hardware import Chip, Level, Nic, Offload, System, link_bandwidths, load_chip, load_system
 from .plan import (ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays,
@@ -26,7 +27,7 @@ from .validate import load_datasets, validate as validate_published
 from .interop import load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
 
 __all__ = [
-    "enable_compile_cache", "ConfigError", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
+    "enable_compile_cache", "ConfigError", "Constraints", "TableConstraint", "load_constraints", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
     "link_bandwidths", "load_chip", "load_system", "ALGORITHMS", "COLLECTIVES", "DENSE_MODES", "PRECISIONS",
     "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",

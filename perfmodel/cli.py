@@ -83,6 +83,8 @@ def _cmd_evaluate(args) -> int:
         from .search.guard import load_shard_costs
         guard = load_shard_costs(args.guard, system, model)
     plan = load_plan(args.plan, system, model) if args.plan is not None else default_plan(system, model)
+    from .constraints import for_command, plan_violations
+    broken = plan_violations(plan, for_command(args.model, args.constraints), system, model)
     bd = evaluate(system, model, plan)
     if args.save_plan is not None:
         plan.save(args.save_plan)
@@ -92,6 +94,7 @@ def _cmd_evaluate(args) -> int:
         out = {"system": system.name, "model": model.name, "plan": plan.to_dict(), **to_dict(bd, args.per_device)}
         if guard is not None:
             out["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
+        out["constraint_violations"] = [{"field": f, "message": m} for f, m in broken]
         print(json.dumps(out, indent=2))
     else:
         src = args.plan if args.plan is not None else "default (greedy) plan"
@@ -99,6 +102,8 @@ def _cmd_evaluate(args) -> int:
         if guard is not None:
             from .cli_search import guard_line
             print(guard_line(guard.name, args.guard, value, float(guard.cap), met))
+        for f, m in broken:
+            print(f"constraint broken: {f} {m}")
     return 0
 
 
@@ -280,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a model TOML path")
     ev.add_argument("--plan", help="plan JSON (per-table sharding_type + ranks, TorchRec names); default: greedy plan")
     ev.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML (e.g. a calibrated one)")
+    ev.add_argument("--constraints", metavar="FILE", help="per-table constraints to check the plan against (TOML/JSON; "
+                    "the model file's [constraints.<table>] are checked too); each one the plan breaks is reported")
     ev.add_argument("--save-plan", metavar="PATH", help="write the evaluated plan as JSON (never overwrites)")
     ev.add_argument("--per-device", action="store_true", help="with --json: include per-device arrays")
     ev.add_argument("--guard", metavar="FILE", help="also give the plan's value in a second cost model (per-shard "
@@ -302,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--clear", action="store_true", help="remove every cache file: the next search compiles again")
     _add_common(ca)
     ca.set_defaults(func=_cmd_cache)
+    sc = sub.add_parser("schema", help="write the configuration reference (every field of every file) as markdown")
+    sc.add_argument("--markdown", required=True, metavar="PATH", help="the file to write (docs/configuration.md); "
+                    "only a file this command wrote is replaced")
+    sc.set_defaults(func=lambda args: __import__("perfmodel.schema", fromlist=["write"]).write(args.markdown))
     _register_analysis(sub)
     _register_search(sub)
     _register_tables(sub)
@@ -310,9 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # arguments that name a file, a preset or a list: an empty one is a mistake, never "not given"
-_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "out", "plot", "data", "measurements",
-              "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y", "csv", "dense",
-              "name", "torchrec_module")
+_NOT_EMPTY = ("system", "model", "chip", "plan", "save_plan", "guard", "constraints", "markdown", "out", "plot", "data",
+              "measurements", "base", "systems", "chips", "devices", "vary", "dataset", "precisions", "co_design", "x", "y",
+              "csv", "dense", "name", "torchrec_module")
 
 
 def _refuse_empty(args) -> None:

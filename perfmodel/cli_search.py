@@ -9,6 +9,7 @@ import numpy as np
 
 from .cli import add_chips, check_plan_output, load_system_arg, system_flags
 from .config import ConfigError
+from .constraints import for_command
 from .search.api import ITERATIONS, ROUND_WORK, default_iterations
 
 
@@ -43,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--guard", metavar="FILE", help="a second cost model as a constraint (JSON: per-shard costs per table "
                    "and sharding type, and a cap on the busiest device's sum, e.g. TorchRec's estimate; see "
                    "perfmodel/search/guard.py): the gradient search returns the fastest plan within the cap")
+    p.add_argument("--constraints", metavar="FILE", help="per-table constraints (TOML/JSON of [<table>] sections: "
+                   "sharding_types, compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks); they "
+                   "replace the model file's own [constraints.<table>] table by table")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     p.add_argument("--out", help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
@@ -66,6 +70,7 @@ def _cmd_search(args) -> int:
         raise ConfigError("", "--torchrec-module", "is for --format torchrec")
     system = load_system_arg(args)
     model = load_model(args.model)
+    constraints = for_command(args.model, args.constraints)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
     for m in methods:
         if m not in METHODS:
@@ -96,7 +101,7 @@ def _cmd_search(args) -> int:
         results.append(search(system, model, m, seed=args.seed, budget_s=budget, iterations=iterations,
                               precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
-                              guard=guard if m == args.method else None,
+                              guard=guard if m == args.method else None, constraints=constraints,
                               progress=not args.no_progress and not args.json))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
@@ -121,6 +126,8 @@ def _cmd_search(args) -> int:
         if args.until_converged else f"{iterations} iterations or {args.budget_s:g} s per method")
     print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
           f"seed {args.seed}, {budget}")
+    if constraints:
+        print(f"constraints on {len(constraints.tables)} tables ({constraints.source}): every plan keeps them")
     # "found at": when the method first held its final plan (the last entry of its anytime profile): a
     # result found early in the budget would not gain from a larger one
     print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}{'found at':>10}")

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import ConfigError, Section, exists, preset_names, preset_path, read_file
-from .schema import CHIP, GB, GBIT, GBPS, MAX_CHIPS, SYSTEM, TF, US
+from .schema import CHIP, CHIP_OPTIONS, GB, GBIT, GBPS, LEVEL_LINKS, MAX_CHIPS, NIC_ATTACH, SCALE_UP_KINDS, SYSTEM, TF, US
 
 
 
@@ -230,7 +230,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     units = num("compute_units")
     launch = num("launch_overhead_us")
     mm_max, mm_half = num("matmul_efficiency_max"), num("matmul_half_efficiency_GFLOP")
-    grid = num("full_grid_gemm_share", required=False, default=0.0)
+    grid = num("full_grid_gemm_share")
     c.finish()
 
     m = top.sub("memory")
@@ -243,13 +243,13 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
 
     n = top.sub("nic")
     num = _reader(n, CHIP, "nic")
-    attach = n.text("attach", ("integrated", "pcie"))
+    attach = n.text("attach", NIC_ATTACH)
     ports = num("ports")
     port_bw = num("port_bandwidth_Gbps")
     active = num("active_ports", hi=ports)
     shared = n.flag("serves_scale_up")
     frac = num("scale_up_fraction", required=shared, default=None if shared else 0.0)
-    nic_eff = num("bandwidth_efficiency", required=False, default=1.0)
+    nic_eff = num("bandwidth_efficiency")
     nic_lat = num("latency_us")
     per_msg = num("per_message_overhead_us")
     pcie = attach == "pcie"
@@ -262,8 +262,8 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     num = _reader(su, CHIP, "scale_up")
     su_bw = num("bandwidth_GBps", required=not shared, default=None if not shared else 0.0)
     su_lat = num("latency_us", required=not shared, default=None if not shared else 0.0)
-    su_eff = num("bandwidth_efficiency", required=False, default=1.0)
-    su_kind = su.text("kind", ("nvlink", "pcie"), default="nvlink")
+    su_eff = num("bandwidth_efficiency")
+    su_kind = su.text("kind", SCALE_UP_KINDS, default=CHIP_OPTIONS["scale_up.kind"].default)
     nvls_eff = num("nvls_efficiency", required=False, default=su_eff)
     su.finish()
     if shared and su_bw:
@@ -286,8 +286,8 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     cfrac, cmult = num("compute_fraction"), num("hbm_traffic_multiplier")
     cmsgs, dmult = num("messages_in_flight"), num("dma_hbm_traffic_multiplier")
     channels = num("channels", required=False, default=cmsgs)
-    nvls_ch = num("nvls_channels", required=False, default=16.0)
-    ll_max = num("ll_max_bus_GBps", required=False, default=1e6)
+    nvls_ch = num("nvls_channels")
+    ll_max = num("ll_max_bus_GBps")
     call = num("call_overhead_us", required=False, default=launch / US)
     cc.finish()
 
@@ -404,7 +404,7 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
         s = Section(raw, src, f"network.levels[{i}].")
         num = _reader(s, SYSTEM, "network.levels[]")
         lname = s.text("name")
-        link = s.text("link", ("scale_up", "scale_out"))
+        link = s.text("link", LEVEL_LINKS)
         size = int(num("domain_chips"))
         lat = num("latency_us")
         over = num("oversubscription")

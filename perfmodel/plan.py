@@ -20,24 +20,12 @@ import numpy as np
 
 from .config import ConfigError, read_file
 from .hardware import System, _pytree
+from .schema import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, DENSE_MODES, PLAN,  # noqa: F401
+                     PRECISIONS, SHARDING_TYPES)
 from .workload import RankingModel
 
-SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
-DP, TW, CW, RW, TWRW = range(5)
-DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
-ALGORITHMS = ("ring", "direct", "tree", "hierarchical")
-COLLECTIVES = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather")
-ALLOWED_ALGORITHMS = {
-    "all_to_all": ("direct", "hierarchical"),
-    "all_reduce": ("ring", "direct", "tree", "hierarchical"),
-    "reduce_scatter": ("ring", "direct", "hierarchical"),
-    "all_gather": ("ring", "direct", "hierarchical"),
-}
-# TorchRec's compute kernels (EmbeddingComputeKernel) for what a plan says: data_parallel tables
-# "dense", tables all in HBM "fused", tables in host DRAM with an HBM cache of cache_ratio
-# "fused_uvm_caching" (its cache_params.load_factor = cache_ratio)
-COMPUTE_KERNELS = ("dense", "fused", "fused_uvm_caching")
-PRECISIONS = ("fp32", "bf16", "fp8")
+DP, TW, CW, RW, TWRW = range(5)      # indices into SHARDING_TYPES
+MIN_CW_DIM = 32       # assumed: narrower column shards gather inefficiently (TorchRec's own default is 128)
 PRECISION_BYTES = (4.0, 2.0, 1.0)
 MAX_PLAN_ENTRIES = 2 ** 28    # random_plans' n x tables x devices: its placements stay within 1 GB of float32
 
@@ -134,8 +122,7 @@ def load_plan(path: str | Path, system: System, model: RankingModel) -> Plan:
 
 
 def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "plan") -> Plan:
-    known = {"tables", "dense", "algorithms", "a2a_precision", "grad_precision", "offload", "pipeline",
-             "grad_buckets", "overlap_chunks"}
+    known = {o.key for o in PLAN.values() if not o.section}
     for k in data:
         if k not in known:
             raise ConfigError(src, k, f"is not a plan field (known: {', '.join(sorted(known))})")
@@ -145,7 +132,7 @@ def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "
     for name, t in data["tables"].items():
         if not isinstance(t, dict):
             raise ConfigError(src, f"tables.{name}", "must be an object with sharding_type and ranks")
-        extra = set(t) - {"sharding_type", "ranks", "cache_ratio"}
+        extra = set(t) - {o.key for o in PLAN.values() if o.section == "tables.<table>"}
         if extra:
             raise ConfigError(src, f"tables.{name}.{sorted(extra)[0]}", "is not a table-plan field "
                               "(known: sharding_type, ranks, cache_ratio)")
@@ -155,8 +142,9 @@ def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "
     return plan
 
 
-def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan") -> None:
-    """Raise ConfigError naming the field if the plan does not fit this system and model."""
+def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan", constraints=None) -> None:
+    """Raise ConfigError naming the field if the plan does not fit this system and model, or breaks
+    `constraints` (anything constraints.as_constraints takes; None: none)."""
     names = model.tables.names
     D, L = system.num_chips, system.domain_size
     missing = [n for n in names if n not in plan.tables]
@@ -183,7 +171,8 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         if st in ("data_parallel", "row_wise") and sorted(t.ranks) != list(range(D)):
             raise ConfigError(src, f + ".ranks", f"{st} spans every rank: list 0..{D - 1}")
         if st == "column_wise" and dims[i] % k:
-            raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])}")
+            raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])} (TorchRec "
+                              f"splits the columns into equal shards; uneven ones it does not shard at all)")
         if st == "table_row_wise":
             dom = t.ranks[0] // L
             if sorted(t.ranks) != list(range(dom * L, dom * L + L)):
@@ -209,6 +198,9 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         v = getattr(plan, key)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1024:
             raise ConfigError(src, key, f"must be an integer from 1 to 1024, got {v!r}")
+    if constraints is not None:
+        from .constraints import check_plan
+        check_plan(plan, constraints, system, model, src)
 
 
 def _choice(src, key, value, allowed):

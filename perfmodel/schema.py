@@ -47,6 +47,8 @@ class Field:
     lo: float              # smallest allowed value (inclusive), in the key's unit
     hi: float              # largest allowed value (inclusive)
     integer: bool = False
+    default: float | str | None = None    # the value when absent; None: required; text: a default that depends
+    meaning: str = ""
 
     @property
     def name(self) -> str:
@@ -54,8 +56,11 @@ class Field:
         return f"{self.section}.{self.key}" if self.section else self.key
 
     def num(self, **kw) -> Num:
-        """The spec config.Section reads the field with; kw: required / default / a tighter hi."""
+        """The spec config.Section reads the field with; kw: required / default / a tighter hi. A
+        field with a numeric default takes it unless kw says otherwise."""
         spec = dict(scale=self.scale, lo=self.lo, hi=self.hi, integer=self.integer, unit=self.unit)
+        if isinstance(self.default, float) and "default" not in kw and "required" not in kw:
+            spec.update(required=False, default=self.default)
         return Num(self.key, **{**spec, **kw})
 
     def allowed(self) -> str:
@@ -74,95 +79,360 @@ def _fields(*rows) -> dict[str, Field]:
 _I = True     # integer
 
 CHIP = _fields(
-    # section, key, unit, scale, leaf, lo, hi[, integer]
-    ("compute", "peak_bf16_TFLOPs", "TFLOP/s", TF, "chip.peak_bf16_flops", 1e-3, 1e6),
-    ("compute", "peak_fp8_TFLOPs", "TFLOP/s", TF, "chip.peak_fp8_flops", 1e-3, 1e6),
-    ("compute", "peak_fp32_TFLOPs", "TFLOP/s", TF, "chip.peak_fp32_flops", 1e-3, 1e6),
-    ("compute", "compute_units", "", 1.0, "chip.compute_units", 1, 1e6, _I),
-    ("compute", "launch_overhead_us", "us", US, "chip.launch_s", 0.0, 1e6),
-    ("compute", "matmul_efficiency_max", "", 1.0, "chip.matmul_eff_max", 1e-3, 1.0),
-    ("compute", "matmul_half_efficiency_GFLOP", "GFLOP", 1e9, "chip.matmul_half_flop", 1e-9, 1e9),
-    ("compute", "full_grid_gemm_share", "", 1.0, "chip.full_grid_gemm_share", 0.0, 1.0),
-    ("memory", "hbm_capacity_GB", "GB", GB, "chip.hbm_bytes", 1e-6, 1e6),
-    ("memory", "hbm_bandwidth_GBps", "GB/s", GBPS, "chip.hbm_Bps", 1e-3, 1e6),
-    ("memory", "hbm_efficiency", "", 1.0, "chip.hbm_eff", 1e-3, 1.0),
-    ("memory", "hbm_usable_fraction", "", 1.0, "chip.hbm_usable", 1e-3, 1.0),
-    ("memory", "llc_capacity_MB", "MB", MB, "chip.llc_bytes", 0.0, 1e6),
-    ("memory", "llc_bandwidth_GBps", "GB/s", GBPS, "chip.llc_Bps", 0.0, 1e6),
-    ("memory", "gather_efficiency_max", "", 1.0, "chip.gather_eff_max", 1e-3, 1.0),
-    ("memory", "gather_half_efficiency_row_bytes", "bytes", 1.0, "chip.gather_half_row_bytes", 1e-3, 1e6),
-    ("nic", "ports", "", 1.0, None, 1, 1024, _I),
-    ("nic", "port_bandwidth_Gbps", "Gb/s", GBIT, "nic.port_Bps", 8e-3, 8e6),     # 0.001 to 1e6 GB/s
-    ("nic", "active_ports", "", 1.0, "nic.active_ports", 1, 1024, _I),
+    # section, key, unit, scale, leaf, lo, hi, integer, default, meaning
+    ("compute", "peak_bf16_TFLOPs", "TFLOP/s", TF, "chip.peak_bf16_flops", 1e-3, 1e6, False, None,
+     'dense bf16 peak of one chip'),
+    ("compute", "peak_fp8_TFLOPs", "TFLOP/s", TF, "chip.peak_fp8_flops", 1e-3, 1e6, False, None,
+     'dense fp8 peak of one chip'),
+    ("compute", "peak_fp32_TFLOPs", "TFLOP/s", TF, "chip.peak_fp32_flops", 1e-3, 1e6, False, None,
+     'dense fp32 peak of one chip'),
+    ("compute", "compute_units", "", 1.0, "chip.compute_units", 1, 1e6, _I, None,
+     "cores / SMs / PEs a kernel's grid spreads over (core-driven collectives hold some)"),
+    ("compute", "launch_overhead_us", "us", US, "chip.launch_s", 0.0, 1e6, False, None,
+     'fixed cost of one kernel launch'),
+    ("compute", "matmul_efficiency_max", "", 1.0, "chip.matmul_eff_max", 1e-3, 1.0, False, None,
+     'share of peak a large GEMM reaches'),
+    ("compute", "matmul_half_efficiency_GFLOP", "GFLOP", 1e9, "chip.matmul_half_flop", 1e-9, 1e9, False, None,
+     'GEMM size at which it reaches half of matmul_efficiency_max'),
+    ("compute", "full_grid_gemm_share", "", 1.0, "chip.full_grid_gemm_share", 0.0, 1.0, False, 0.0,
+     'share of GEMMs sized to the whole grid (wave quantization when a collective holds units)'),
+    ("memory", "hbm_capacity_GB", "GB", GB, "chip.hbm_bytes", 1e-6, 1e6, False, None,
+     'HBM per chip'),
+    ("memory", "hbm_bandwidth_GBps", "GB/s", GBPS, "chip.hbm_Bps", 1e-3, 1e6, False, None,
+     'HBM peak bandwidth'),
+    ("memory", "hbm_efficiency", "", 1.0, "chip.hbm_eff", 1e-3, 1.0, False, None,
+     'share of HBM peak bandwidth a streaming kernel reaches'),
+    ("memory", "hbm_usable_fraction", "", 1.0, "chip.hbm_usable", 1e-3, 1.0, False, None,
+     'share of HBM a plan may use (the rest: runtime, fragmentation)'),
+    ("memory", "llc_capacity_MB", "MB", MB, "chip.llc_bytes", 0.0, 1e6, False, None,
+     'last-level cache / on-chip SRAM'),
+    ("memory", "llc_bandwidth_GBps", "GB/s", GBPS, "chip.llc_Bps", 0.0, 1e6, False, None,
+     'last-level cache bandwidth'),
+    ("memory", "gather_efficiency_max", "", 1.0, "chip.gather_eff_max", 1e-3, 1.0, False, None,
+     'share of HBM bandwidth embedding row gathers reach with long rows'),
+    ("memory", "gather_half_efficiency_row_bytes", "bytes", 1.0, "chip.gather_half_row_bytes", 1e-3, 1e6, False, None,
+     'row size at which gathers reach half of gather_efficiency_max'),
+    ("nic", "ports", "", 1.0, None, 1, 1024, _I, None,
+     'NIC ports per chip'),
+    ("nic", "port_bandwidth_Gbps", "Gb/s", GBIT, "nic.port_Bps", 8e-3, 8e6, False, None,     # 0.001 to 1e6 GB/s
+     'bandwidth of one port, each direction'),
+    ("nic", "active_ports", "", 1.0, "nic.active_ports", 1, 1024, _I, None,
+     'ports cabled and in use (at most ports)'),
     # a share of the NIC within [0.001, 0.999]: the other share, 1 - f, keeps 3 significant digits
     # in float32 (f is held to 6e-8)
-    ("nic", "scale_up_fraction", "", 1.0, "nic.scale_up_fraction", 1e-3, 0.999),
-    ("nic", "bandwidth_efficiency", "", 1.0, "nic.bandwidth_eff", 1e-3, 1.0),
-    ("nic", "latency_us", "us", US, "nic.latency_s", 0.0, 1e6),
-    ("nic", "per_message_overhead_us", "us", US, "nic.per_message_s", 0.0, 1e6),
-    ("nic", "pcie_bandwidth_GBps", "GB/s", GBPS, "nic.pcie_Bps", 1e-3, 1e6),
-    ("nic", "pcie_latency_us", "us", US, "nic.pcie_latency_s", 0.0, 1e6),
-    ("scale_up", "bandwidth_GBps", "GB/s", GBPS, "chip.scale_up_Bps", 1e-3, 1e6),
-    ("scale_up", "latency_us", "us", US, "chip.scale_up_latency_s", 0.0, 1e6),
-    ("scale_up", "bandwidth_efficiency", "", 1.0, "chip.scale_up_eff", 1e-3, 1.0),
-    ("scale_up", "nvls_efficiency", "", 1.0, "chip.nvls_eff", 1e-3, 1.0),
-    ("offload", "engines", "", 1.0, "offload.engines", 0, 1024, _I),
-    ("offload", "clock_GHz", "GHz", 1e9, "offload.clock_Hz", 1e-3, 1e3),
-    ("offload", "reduce_bytes_per_cycle", "bytes", 1.0, "offload.reduce_bytes_per_cycle", 1e-3, 1e6),
+    ("nic", "scale_up_fraction", "", 1.0, "nic.scale_up_fraction", 1e-3, 0.999, False, 'required when serves_scale_up, else 0',
+     "share of the NIC's bandwidth that carries scale-up traffic"),
+    ("nic", "bandwidth_efficiency", "", 1.0, "nic.bandwidth_eff", 1e-3, 1.0, False, 1.0,
+     "share of the ports' bandwidth transfers reach"),
+    ("nic", "latency_us", "us", US, "nic.latency_s", 0.0, 1e6, False, None,
+     "one message's NIC-to-NIC latency"),
+    ("nic", "per_message_overhead_us", "us", US, "nic.per_message_s", 0.0, 1e6, False, None,
+     'host / proxy cost per message'),
+    ("nic", "pcie_bandwidth_GBps", "GB/s", GBPS, "nic.pcie_Bps", 1e-3, 1e6, False, 'required when attach = pcie, else 0',
+     'PCIe link between the chip and a PCIe NIC (caps its bandwidth)'),
+    ("nic", "pcie_latency_us", "us", US, "nic.pcie_latency_s", 0.0, 1e6, False, 'required when attach = pcie, else 1',
+     'added latency per PCIe transaction'),
+    ("scale_up", "bandwidth_GBps", "GB/s", GBPS, "chip.scale_up_Bps", 1e-3, 1e6, False, 'required unless nic.serves_scale_up',
+     'scale-up (NVLink-like) bandwidth per chip, each direction'),
+    ("scale_up", "latency_us", "us", US, "chip.scale_up_latency_s", 0.0, 1e6, False, 'required unless nic.serves_scale_up',
+     'scale-up latency'),
+    ("scale_up", "bandwidth_efficiency", "", 1.0, "chip.scale_up_eff", 1e-3, 1.0, False, 1.0,
+     'share of scale-up bandwidth transfers reach'),
+    ("scale_up", "nvls_efficiency", "", 1.0, "chip.nvls_eff", 1e-3, 1.0, False, 'scale_up.bandwidth_efficiency',
+     'share reached by in-switch (NVLS) reductions'),
+    ("offload", "engines", "", 1.0, "offload.engines", 0, 1024, _I, None,
+     'communication-offload engines per chip (0: collectives are core-driven)'),
+    ("offload", "clock_GHz", "GHz", 1e9, "offload.clock_Hz", 1e-3, 1e3, False, 'required when engines > 0',
+     'engine clock'),
+    ("offload", "reduce_bytes_per_cycle", "bytes", 1.0, "offload.reduce_bytes_per_cycle", 1e-3, 1e6, False, 'required when engines > 0',
+     'bytes one engine reduces per cycle'),
     ("offload", "reduce_bytes_per_cycle_all_busy", "bytes", 1.0, "offload.reduce_bytes_per_cycle_all_busy",
-     1e-3, 1e6),
-    ("offload", "setup_us", "us", US, "offload.setup_s", 0.0, 1e6),
-    ("offload", "messages_in_flight_per_engine", "", 1.0, "offload.msgs_per_engine", 1, 1e6),
-    ("core_collectives", "compute_fraction", "", 1.0, "chip.core_compute_fraction", 0.0, 0.9),
-    ("core_collectives", "hbm_traffic_multiplier", "", 1.0, "chip.core_hbm_mult", 0.0, 100.0),
-    ("core_collectives", "messages_in_flight", "", 1.0, "chip.core_msgs_in_flight", 1, 1e6),
-    ("core_collectives", "dma_hbm_traffic_multiplier", "", 1.0, "chip.dma_hbm_mult", 0.0, 100.0),
-    ("core_collectives", "channels", "", 1.0, "chip.core_channels", 1, 1024, _I),
-    ("core_collectives", "nvls_channels", "", 1.0, "chip.nvls_channels", 1, 1024, _I),
-    ("core_collectives", "ll_max_bus_GBps", "GB/s", GBPS, "chip.ll_max_Bps", 1e-3, 1e6),
-    ("core_collectives", "call_overhead_us", "us", US, "chip.core_call_s", 0.0, 1e6),
-    ("host", "link_bandwidth_GBps", "GB/s", GBPS, "chip.host_link_Bps", 1e-3, 1e6),
-    ("host", "dram_GB", "GB", GB, "chip.host_dram_bytes", 0.0, 1e9),
-    ("power", "tdp_W", "W", 1.0, "chip.tdp_W", 1e-3, 1e6),
-    ("price", "usd_per_hour", "$/h", 1.0, "chip.usd_per_hour", 0.0, 1e6),
+     1e-3, 1e6, False, 'required when engines > 0',
+     'bytes per cycle per engine when all are busy'),
+    ("offload", "setup_us", "us", US, "offload.setup_s", 0.0, 1e6, False, 'required when engines > 0',
+     'set-up cost of one offloaded operation'),
+    ("offload", "messages_in_flight_per_engine", "", 1.0, "offload.msgs_per_engine", 1, 1e6, False, 'required when engines > 0',
+     'messages one engine keeps in flight'),
+    ("core_collectives", "compute_fraction", "", 1.0, "chip.core_compute_fraction", 0.0, 0.9, False, None,
+     'share of the compute units a core-driven collective holds'),
+    ("core_collectives", "hbm_traffic_multiplier", "", 1.0, "chip.core_hbm_mult", 0.0, 100.0, False, None,
+     'HBM bytes a core-driven collective moves per network byte'),
+    ("core_collectives", "messages_in_flight", "", 1.0, "chip.core_msgs_in_flight", 1, 1e6, False, None,
+     'messages a core-driven collective keeps in flight'),
+    ("core_collectives", "dma_hbm_traffic_multiplier", "", 1.0, "chip.dma_hbm_mult", 0.0, 100.0, False, None,
+     'HBM bytes per network byte when DMA or engines move it'),
+    ("core_collectives", "channels", "", 1.0, "chip.core_channels", 1, 1024, _I, 'core_collectives.messages_in_flight',
+     "channels (NCCL's) a core-driven collective runs"),
+    ("core_collectives", "nvls_channels", "", 1.0, "chip.nvls_channels", 1, 1024, _I, 16.0,
+     'channels of in-switch (NVLS) reductions'),
+    ("core_collectives", "ll_max_bus_GBps", "GB/s", GBPS, "chip.ll_max_Bps", 1e-3, 1e6, False, 1000000.0,
+     "bus bandwidth NCCL's low-latency protocol reaches at most"),
+    ("core_collectives", "call_overhead_us", "us", US, "chip.core_call_s", 0.0, 1e6, False, 'compute.launch_overhead_us',
+     'fixed cost of one collective call'),
+    ("host", "link_bandwidth_GBps", "GB/s", GBPS, "chip.host_link_Bps", 1e-3, 1e6, False, None,
+     'chip-to-host link (host-DRAM embedding shards cross it)'),
+    ("host", "dram_GB", "GB", GB, "chip.host_dram_bytes", 0.0, 1e9, False, None,
+     'host DRAM per chip for embedding shards kept off HBM'),
+    ("power", "tdp_W", "W", 1.0, "chip.tdp_W", 1e-3, 1e6, False, None,
+     'chip power, for energy per sample'),
+    ("price", "usd_per_hour", "$/h", 1.0, "chip.usd_per_hour", 0.0, 1e6, False, None,
+     'chip price, for cost per sample'),
 )
 
 SYSTEM = _fields(
-    ("", "sizes", "chips", 1.0, None, 1, MAX_CHIPS, _I),
-    ("", "chips_per_host", "chips", 1.0, None, 1, MAX_CHIPS, _I),
-    ("", "host_power_W", "W", 1.0, "host_power_W", 0.0, 1e6),
-    ("", "host_usd_per_hour", "$/h", 1.0, "host_usd_per_hour", 0.0, 1e6),
+    ("", "sizes", "chips", 1.0, None, 1, MAX_CHIPS, _I, None,
+     "the family's named sizes (system name <family>-<chips>)"),
+    ("", "chips_per_host", "chips", 1.0, None, 1, MAX_CHIPS, _I, None,
+     'chips in one host'),
+    ("", "host_power_W", "W", 1.0, "host_power_W", 0.0, 1e6, False, None,
+     'power of one host beyond its chips'),
+    ("", "host_usd_per_hour", "$/h", 1.0, "host_usd_per_hour", 0.0, 1e6, False, None,
+     'price of one host beyond its chips'),
     # a level's domain may be larger than any system built from the family (a fabric's reach)
-    ("network.levels[]", "domain_chips", "chips", 1.0, None, 1, 1e9, _I),
-    ("network.levels[]", "latency_us", "us", US, "levels[].latency_s", 0.0, 1e6),
-    ("network.levels[]", "oversubscription", "", 1.0, "levels[].oversubscription", 1.0, 1e3),
+    ("network.levels[]", "domain_chips", "chips", 1.0, None, 1, 1e9, _I, None,
+     'chips one domain of this level holds (grows level to level)'),
+    ("network.levels[]", "latency_us", "us", US, "levels[].latency_s", 0.0, 1e6, False, None,
+     'latency of a hop at this level'),
+    ("network.levels[]", "oversubscription", "", 1.0, "levels[].oversubscription", 1.0, 1e3, False, None,
+     'bandwidth taper at this level (1: full bisection)'),
 )
 
 MODEL = _fields(
-    ("", "global_batch", "samples", 1.0, "global_batch", 1, 1e8, _I),
-    ("", "param_bytes", "bytes", 1.0, "param_bytes", 0.125, 64.0),
-    ("", "activation_bytes", "bytes", 1.0, "activation_bytes", 0.125, 64.0),
-    ("embeddings", "bytes_per_element", "bytes", 1.0, "tables.bytes_per_element", 0.125, 64.0),
-    ("embeddings", "index_bytes", "bytes", 1.0, "tables.index_bytes", 1.0, 64.0),
-    ("embeddings", "rows", "rows", 1.0, "tables.rows", 1, 1e12, _I),
-    ("embeddings", "pooling", "lookups/sample", 1.0, "tables.pooling", 1e-3, 1e5),
-    ("embeddings", "dim", "", 1.0, "tables.dim", 1, 1e5, _I),
-    ("embeddings", "access_skew", "", 1.0, "tables.access_skew", 1e-3, 1.0),
+    ("", "global_batch", "samples", 1.0, "global_batch", 1, 1e8, _I, None,
+     'samples per training step, over all chips'),
+    ("", "param_bytes", "bytes", 1.0, "param_bytes", 0.125, 64.0, False, None,
+     'bytes per dense parameter (master weights)'),
+    ("", "activation_bytes", "bytes", 1.0, "activation_bytes", 0.125, 64.0, False, None,
+     'bytes per activation element'),
+    ("embeddings", "bytes_per_element", "bytes", 1.0, "tables.bytes_per_element", 0.125, 64.0, False, None,
+     'bytes per embedding weight (one number, or a list: one per table)'),
+    ("embeddings", "index_bytes", "bytes", 1.0, "tables.index_bytes", 1.0, 64.0, False, None,
+     'bytes per lookup index'),
+    ("embeddings", "rows", "rows", 1.0, "tables.rows", 1, 1e12, _I, None,
+     'rows of each table (a list, one per table)'),
+    ("embeddings", "pooling", "lookups/sample", 1.0, "tables.pooling", 1e-3, 1e5, False, None,
+     'mean lookups per sample of each table (a list, or one number for all)'),
+    ("embeddings", "dim", "", 1.0, "tables.dim", 1, 1e5, _I, None,
+     'embedding dim of each table (a list, or one number for all)'),
+    ("embeddings", "access_skew", "", 1.0, "tables.access_skew", 1e-3, 1.0, False, 1.0,
+     'cache hit rate = cache_ratio ** access_skew (1: uniform access)'),
     # the sizes of a dense layer (each kind takes some: workload._LAYER_FIELDS), lowered to GEMMs
-    ("dense.layers[]", "input", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "widths", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "features", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "dim", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "width", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "low_rank", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "seq_len", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "d_model", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "heads", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "ffn", "", 1.0, None, 1, 1e6, _I),
-    ("dense.layers[]", "layers", "", 1.0, None, 1, MAX_LAYERS, _I),
+    ("dense.layers[]", "input", "", 1.0, None, 1, 1e6, _I, None,
+     'mlp: input width (after an mlp, dot or dcnv2 layer: its output width)'),
+    ("dense.layers[]", "widths", "", 1.0, None, 1, 1e6, _I, None,
+     "mlp: each layer's output width"),
+    ("dense.layers[]", "features", "", 1.0, None, 1, 1e6, _I, None,
+     'dot: vectors interacting (tables + the bottom output)'),
+    ("dense.layers[]", "dim", "", 1.0, None, 1, 1e6, _I, None,
+     "dot: width of each vector (the tables' dim, the bottom output)"),
+    ("dense.layers[]", "width", "", 1.0, None, 1, 1e6, _I, None,
+     "dcnv2: input width (bottom output + the tables' embeddings)"),
+    ("dense.layers[]", "low_rank", "", 1.0, None, 1, 1e6, _I, None,
+     'dcnv2: rank of the low-rank cross'),
+    ("dense.layers[]", "seq_len", "", 1.0, None, 1, 1e6, _I, None,
+     'transformer / hstu: sequence length'),
+    ("dense.layers[]", "d_model", "", 1.0, None, 1, 1e6, _I, None,
+     'transformer / hstu: model width'),
+    ("dense.layers[]", "heads", "", 1.0, None, 1, 1e6, _I, None,
+     'transformer / hstu: attention heads (divide d_model)'),
+    ("dense.layers[]", "ffn", "", 1.0, None, 1, 1e6, _I, None,
+     'transformer: feed-forward width'),
+    ("dense.layers[]", "layers", "", 1.0, None, 1, MAX_LAYERS, _I, None,
+     'dcnv2 / transformer / hstu: blocks'),
 )
 
 # the array each field sets -> the field: a System's (chip, nic, offload, levels, host) and a
 # RankingModel's (the knobs of a sweep are checked against them)
 SYSTEM_LEAVES = {f.leaf: f for f in (*CHIP.values(), *SYSTEM.values()) if f.leaf}
 MODEL_LEAVES = {f.leaf: f for f in MODEL.values() if f.leaf}
+
+
+# ------------------------------------------------------------------------ words, not numbers
+# The vocabularies the files use; plan.py, workload.py, hardware.py and constraints.py read them here.
+SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
+DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
+ALGORITHMS = ("ring", "direct", "tree", "hierarchical")
+COLLECTIVES = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather")
+ALLOWED_ALGORITHMS = {
+    "all_to_all": ("direct", "hierarchical"),
+    "all_reduce": ("ring", "direct", "tree", "hierarchical"),
+    "reduce_scatter": ("ring", "direct", "hierarchical"),
+    "all_gather": ("ring", "direct", "hierarchical"),
+}
+PRECISIONS = ("fp32", "bf16", "fp8")
+# TorchRec's compute kernels (EmbeddingComputeKernel) for what a plan says: data_parallel tables
+# "dense", tables all in HBM "fused", tables in host DRAM with an HBM cache of cache_ratio
+# "fused_uvm_caching" (its cache_params.load_factor = cache_ratio)
+COMPUTE_KERNELS = ("dense", "fused", "fused_uvm_caching")
+LAYER_KINDS = ("mlp", "dot", "dcnv2", "transformer", "hstu")
+STAGES = ("bottom", "top")
+EMB_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
+DENSE_OPTIMIZER_NAMES = ("sgd", "adagrad", "adam")
+GUARD_UNITS = ("s", "ms", "us")
+NIC_ATTACH = ("integrated", "pcie")
+SCALE_UP_KINDS = ("nvlink", "pcie")
+LEVEL_LINKS = ("scale_up", "scale_out")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One field that is not a bounded number: text, a flag, a list, a table or a per-table entry."""
+
+    section: str
+    key: str
+    kind: str                       # "text", "flag", "list", "table", "integer", "number"
+    allowed: str                    # the choices or the rule, as a message gives it
+    default: str | None             # None: required
+    meaning: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}.{self.key}" if self.section else self.key
+
+
+def _options(*rows) -> dict[str, Option]:
+    out = {o.name: o for o in (Option(*r) for r in rows)}
+    assert len(out) == len(rows)
+    return out
+
+
+_one = lambda choices: "one of " + ", ".join(choices)
+
+CHIP_OPTIONS = _options(
+    ("", "name", "text", "any", None, "the chip's name"),
+    ("", "description", "text", "any", "", "one line for `perfmodel list`"),
+    ("nic", "attach", "text", _one(NIC_ATTACH), None,
+     "integrated: in the package, DMA from HBM; pcie: behind a PCIe link"),
+    ("nic", "serves_scale_up", "flag", "true or false", None, "the NIC also carries scale-up traffic (no [scale_up] link)"),
+    ("scale_up", "kind", "text", _one(SCALE_UP_KINDS), "nvlink", "what the scale-up link is"),
+)
+SYSTEM_OPTIONS = _options(
+    ("", "name", "text", "any", None, "the family's name (systems are <name>-<chips>)"),
+    ("", "description", "text", "any", "", "one line for `perfmodel list`"),
+    ("", "chip", "text", "a chip preset or a chip TOML path", None, "the chip every rank is"),
+    ("", "nic", "table", "fields of the chip's [nic]", "{}", "the node's NICs, replacing the chip's fields (a cloud instance's)"),
+    ("network.levels[]", "name", "text", "any", None, "the level's name (nvlink, leaf, spine, ...)"),
+    ("network.levels[]", "link", "text", _one(LEVEL_LINKS), None, "which link carries this level"),
+    ("network.levels[]", "switch_reduction", "flag", "true or false", "false", "switches reduce in the network (SHARP-like)"),
+)
+MODEL_OPTIONS = _options(
+    ("", "name", "text", "any", None, "the model's name"),
+    ("", "description", "text", "any", "", "one line for `perfmodel list`"),
+    ("", "dense_dtype", "text", _one(PRECISIONS), None, "dtype of the dense compute"),
+    ("", "dense_optimizer", "text", _one(DENSE_OPTIMIZER_NAMES), None, "optimizer of the dense part (its state per parameter)"),
+    ("embeddings", "optimizer", "text", _one(EMB_OPTIMIZERS), None, "embedding optimizer (its state per row or element)"),
+    ("embeddings", "names", "list", "distinct text, one per table", "t0, t1, ...", "the tables' names (plans and constraints use them)"),
+    ("embeddings", "features", "list", "per table a non-empty list of feature names; a feature on one table only",
+     "one feature per table", "TorchRec's feature_names: the features reading each table, each its own pooled vector"),
+    ("embeddings", "sequence", "list", "true or false, one per table", "all false",
+     "an unpooled (jagged) feature: pooling x dim values per sample"),
+    ("embeddings", "synthetic", "table", "generator.synthetic_embeddings' arguments", "none",
+     "draw the tables (num_tables, total_params, dims, ...) instead of listing rows, dim, pooling"),
+    ("dense.layers[]", "kind", "text", _one(LAYER_KINDS), None, "the layer's kind"),
+    ("dense.layers[]", "name", "text", "any", "<kind><index>", "the layer's name in breakdowns"),
+    ("dense.layers[]", "stage", "text", _one(STAGES), None, "bottom: before the interaction; top: after it"),
+    ("constraints", "<table>", "table", "constraint fields (below)", "none", "per-table constraints the search keeps"),
+)
+PLAN = _options(
+    ("", "tables", "table", "every table of the model, by name", None, "per table: sharding_type, ranks, cache_ratio"),
+    ("tables.<table>", "sharding_type", "text", _one(SHARDING_TYPES), None, "how the table is split (TorchRec's names)"),
+    ("tables.<table>", "ranks", "list", "distinct ranks 0..D-1: table_wise one, column_wise k dividing dim (TorchRec "
+     "splits columns evenly), table_row_wise one scale-up domain, row_wise and data_parallel all", None, "where its shards are"),
+    ("tables.<table>", "cache_ratio", "number", "in (0, 1]; 1 for data_parallel", "1",
+     "share of each shard in HBM; the rest in host DRAM (TorchRec: fused_uvm_caching, load_factor)"),
+    ("", "dense", "text", _one(DENSE_MODES), "replicated", "dense parallelism"),
+    ("", "algorithms", "table", "per collective: " + "; ".join(f"{k} {', '.join(v)}" for k, v in ALLOWED_ALGORITHMS.items()),
+     "direct all-to-all, ring otherwise", "the algorithm of each collective"),
+    ("", "a2a_precision", "text", _one(PRECISIONS), "fp32", "precision of the embedding all-to-alls"),
+    ("", "grad_precision", "text", _one(PRECISIONS), "fp32", "precision of the gradient sync"),
+    ("", "offload", "flag", "true or false", "true", "collectives on the offload engines"),
+    ("", "pipeline", "flag", "true or false", "true", "embedding all-to-alls overlap the previous / next batch"),
+    ("", "grad_buckets", "integer", "1 to 1024", "4", "gradient-sync buckets"),
+    ("", "overlap_chunks", "integer", "1 to 1024", "1", "chunks of compute / communication overlap"),
+)
+GUARD = _options(
+    ("", "name", "text", "any", "guard", "the second cost model's name"),
+    ("", "unit", "text", _one(GUARD_UNITS), "s", "unit of cap and the costs"),
+    ("", "cap", "number", "> 0", None, "the most the busiest device's sum of shard costs may be"),
+    ("", "tables", "table", "table names of the model", None,
+     "per table, per sharding type: a shard's cost (per device or position lists for data_parallel, row_wise, "
+     "table_row_wise; per shard count for column_wise)"),
+    ("", "source", "text", "any", "", "where the costs come from"),
+)
+CONSTRAINT = _options(
+    ("<table>", "sharding_types", "list", _one(SHARDING_TYPES), "all", "the sharding types the table may take"),
+    ("<table>", "compute_kernels", "list", _one(COMPUTE_KERNELS) + " (fused_uvm is not modelled)", "all",
+     "TorchRec's kernels: dense = data_parallel, fused = all in HBM, fused_uvm_caching = host DRAM with an HBM cache"),
+    ("<table>", "cache_load_factor", "number or [lo, hi]", "in (0, 1)", "any; 0.2 (TorchRec's) when fused_uvm_caching "
+     "is the only kernel", "the HBM cache ratio of a fused_uvm_caching table; alone, it allows only that kernel"),
+    ("<table>", "min_partition", "integer", ">= 1, at most the table's dim", "32",
+     "TorchRec's: the narrowest column-wise shard, in columns"),
+    ("<table>", "max_cw_shards", "integer", ">= 1", "the number of ranks", "the most column-wise shards"),
+    ("<table>", "ranks", "list", "distinct ranks of the system", "all",
+     "ranks its shards may be on: table_wise one of them, column_wise k of them, table_row_wise a whole scale-up "
+     "domain of them; fewer than all rule out row_wise and data_parallel"),
+)
+
+
+# --------------------------------------------------------------------- the configuration reference
+GENERATED = "<!-- generated by `perfmodel schema --markdown docs/configuration.md` from perfmodel/schema.py: edit that -->"
+FILES = (
+    ("Chip file", "`data/chips/<name>.toml`, or any path given as a chip", CHIP, CHIP_OPTIONS),
+    ("System file", "`data/systems/<family>.toml`; a system is `<family>-<chips>`", SYSTEM, SYSTEM_OPTIONS),
+    ("Model file", "`data/models/<name>.toml`, or any path given as a model", MODEL, MODEL_OPTIONS),
+    ("Plan file", "JSON, as `perfmodel search --out` writes it and `perfmodel evaluate --plan` reads it", {}, PLAN),
+    ("Guard file", "JSON, for `perfmodel search --guard`: a second cost model's per-shard costs", {}, GUARD),
+    ("Constraints file", "TOML or JSON of `[<table>]` sections, for `perfmodel search --constraints` and "
+     "`pm.search(constraints=...)`; a model file holds the same as `[constraints.<table>]`", {}, CONSTRAINT),
+)
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _row(name, unit, allowed, default, meaning) -> str:
+    return "| " + " | ".join(_cell(x) for x in (f"`{name}`", unit, allowed, default, meaning)) + " |"
+
+
+def _numeric(f: Field) -> tuple:
+    allowed = f"{'integer ' if f.integer else ''}{f.lo:g} to {f.hi:g}"
+    default = "required" if f.default is None else f"{f.default:g}" if isinstance(f.default, float) else f.default
+    return f.name, f.unit, allowed, default, f.meaning
+
+
+def _word(o: Option) -> tuple:
+    return o.name, "", f"{o.kind}: {o.allowed}", "required" if o.default is None else o.default or '""', o.meaning
+
+
+def markdown() -> str:
+    """docs/configuration.md: every field of every file, from the tables above."""
+    out = [GENERATED, "", "# Configuration reference", "",
+           "Every field perfmodel's loaders read, with its unit, what it allows, its default and what it means. "
+           "A key carries its unit in its name; bounds are inclusive. A field outside what it allows, a missing "
+           "required field or an unknown key gets one error naming the file and the field.", ""]
+    for title, where, numeric, words in FILES:
+        out += [f"## {title}", "", where + ".", ""]
+        sections = list(dict.fromkeys([o.section for o in words.values()] + [f.section for f in numeric.values()]))
+        for sec in sections:
+            head = f"`[[{sec[:-2]}]]`" if sec.endswith("[]") else f"`[{sec}]`" if sec else "top level"
+            out += [f"### {head}", "",
+                    "| field | unit | allowed | default | meaning |", "|---|---|---|---|---|"]
+            out += [_row(*_word(o)) for o in words.values() if o.section == sec]
+            out += [_row(*_numeric(f)) for f in numeric.values() if f.section == sec]
+            out.append("")
+    return "\n".join(out)
+
+
+def write(path) -> int:
+    """`perfmodel schema --markdown PATH`: write the reference to PATH, replacing only a file it wrote."""
+    from pathlib import Path
+    from .config import ConfigError
+    path = Path(path)
+    if path.exists() and not path.read_text().startswith(GENERATED):
+        raise ConfigError(str(path), "", "exists and was not written by `perfmodel schema`; choose another path")
+    try:
+        path.write_text(markdown())
+    except OSError as err:
+        raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
+    return 0

@@ -17,13 +17,10 @@ import numpy as np
 
 from .config import ConfigError, Section, preset_names, read_file
 from .hardware import _pytree, _reader, _resolve, static
-from .schema import MAX_GEMMS, MAX_TABLES, MODEL
+from .schema import DENSE_OPTIMIZER_NAMES, EMB_OPTIMIZERS, LAYER_KINDS, MAX_GEMMS, MAX_TABLES, MODEL, STAGES  # noqa: F401
 
 SHARD_DTYPES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}
-EMB_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
-DENSE_OPTIMIZERS = {"sgd": 0.0, "adagrad": 1.0, "adam": 2.0}   # state values per parameter
-LAYER_KINDS = ("mlp", "dot", "dcnv2", "transformer", "hstu")
-STAGES = ("bottom", "top")
+DENSE_OPTIMIZERS = dict(zip(DENSE_OPTIMIZER_NAMES, (0.0, 1.0, 2.0)))   # state values per parameter
 
 
 @_pytree
@@ -157,7 +154,11 @@ def parse_model(data: dict, src: str) -> RankingModel:
     pbytes, abytes = num("param_bytes"), num("activation_bytes")
     dopt = top.text("dense_optimizer", tuple(DENSE_OPTIMIZERS))
     tables = _parse_tables(top.sub("embeddings"), src)
-    dense = _parse_dense(top.sub("dense"), src)
+    dense, layers = _parse_dense(top.sub("dense"), src)
+    _check_widths(layers, tables, src)
+    if top.has("constraints"):      # checked here; search reads them (constraints.model_constraints)
+        from .constraints import check_tables, parse_constraints
+        check_tables(parse_constraints(top.raw("constraints"), src, "constraints."), tables, "constraints.")
     top.finish()
     f = lambda x: jnp.asarray(x, jnp.float32)
     return RankingModel(tables=tables, dense=dense, global_batch=f(batch), param_bytes=f(pbytes),
@@ -208,7 +209,7 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
             raise s.error("rows", "must list at least one table")
         pool = nums("pooling", t)
         dim = nums("dim", t)
-        skew = nums("access_skew", t, default=1.0)
+        skew = nums("access_skew", t)
         seq_raw = s.raw("sequence", [False] * t)
         if not isinstance(seq_raw, list) or len(seq_raw) != t or not all(isinstance(b, bool) for b in seq_raw):
             raise s.error("sequence", f"must be a list of {t} true/false values")
@@ -241,6 +242,13 @@ def _feature_names(s: Section, t: int) -> tuple[tuple[str, ...], ...]:
         isinstance(fs, list) and fs and all(isinstance(x, str) and x for x in fs) for fs in raw)
     if not ok:
         raise s.error("features", f"must be a list of {t} lists (one per table) of feature names, each list non-empty")
+    seen: dict[str, int] = {}
+    for i, fs in enumerate(raw):          # several features on one table are fine; one feature on two is not
+        for x in fs:
+            if x in seen and seen[x] != i:
+                raise s.error(f"features[{i}]", f"names feature {x!r}, which table {seen[x]} reads already: a feature "
+                              "reads one table (give the tables one feature name each)")
+            seen[x] = i
     return tuple(tuple(fs) for fs in raw)
 
 
@@ -250,14 +258,15 @@ def _gemm_count(kind: str, p: dict) -> int:
             "transformer": lambda: 6 * int(p["layers"]), "hstu": lambda: 4 * int(p["layers"])}[kind]()
 
 
-def _parse_dense(s: Section, src: str) -> Dense:
+def _parse_dense(s: Section, src: str) -> tuple[Dense, list]:
+    """The dense part lowered to GEMMs, and its layers as read: (index, kind, name, stage, sizes)."""
     layers = s.raw("layers")
     s.finish()
     if not isinstance(layers, list) or not layers:
         raise ConfigError(src, "dense.layers", "must be a non-empty list of [[dense.layers]] tables")
     if len(layers) > MAX_GEMMS:
         raise ConfigError(src, "dense.layers", f"has {len(layers):,} layers; at most {MAX_GEMMS:,}")
-    gemms, bottom, names, elem = [], [], [], []
+    gemms, bottom, names, elem, read = [], [], [], [], []
     count = 0
     for i, raw in enumerate(layers):
         ls = Section(raw, src, f"dense.layers[{i}].")
@@ -277,6 +286,7 @@ def _parse_dense(s: Section, src: str) -> Dense:
         if kind == "transformer" or kind == "hstu":
             if p["d_model"] % p["heads"]:
                 raise ls.error("heads", f"must divide d_model = {p['d_model']:g}")
+        read.append((i, kind, lname, stage, p))
         count += _gemm_count(kind, p)
         if count > MAX_GEMMS:
             raise ConfigError(src, "dense.layers", f"lower to more than {MAX_GEMMS:,} GEMMs (at layer {i}, "
@@ -289,4 +299,42 @@ def _parse_dense(s: Section, src: str) -> Dense:
     g = np.asarray(gemms, np.float64)
     f = lambda x: jnp.asarray(x, jnp.float32)
     return Dense(m=f(g[:, 0]), n=f(g[:, 1]), k=f(g[:, 2]), weighted=f(g[:, 3]), bias=f(g[:, 4]),
-                 elementwise=f(elem), bottom=tuple(bottom), layer=tuple(names))
+                 elementwise=f(elem), bottom=tuple(bottom), layer=tuple(names)), read
+
+
+def _check_widths(layers: list, tables: EmbeddingTables, src: str) -> None:
+    """The widths the dense part declares against what feeds it (DLRM's wiring: the bottom stage's
+    output and the tables' embeddings meet in the first top layer): a dot interaction takes the
+    V vectors the tables return per sample (one per feature when pooled) and the bottom output as
+    V + 1 features of the tables' one dim; a DCNv2 cross network takes their concatenation, width =
+    bottom output + sum of dim x vectors per sample; an MLP after an MLP, dot or DCNv2 layer of its stage takes that layer's output. A
+    transformer or HSTU block reads sequences whose layout the file does not say: not checked."""
+    def out(layer) -> float:
+        return layer_output_width(layer[1], layer[4])
+    name = lambda layer, key: f"dense.layers[{layer[0]}].{key}"
+    bottom = [l for l in layers if l[3] == "bottom"]
+    top = [l for l in layers if l[3] == "top"]
+    first, b_out = (top[0] if top else (0, "", "", "", {})), (out(bottom[-1]) if bottom else 0.0)
+    dims = np.asarray(tables.dim, np.float64)
+    vectors = np.asarray(tables.output_per_sample(), np.float64)
+    emb, V, T = float(np.sum(vectors * dims)), int(round(float(np.sum(vectors)))), len(dims)
+    fed = f"the bottom output ({b_out:g}) and the {T} tables' embeddings ({emb:,.0f})" if bottom else \
+        f"the {T} tables' embeddings ({emb:,.0f})"
+    if first[1] == "dcnv2" and first[4]["width"] != b_out + emb:
+        raise ConfigError(src, name(first, "width"), f"is {first[4]['width']:,g}; the cross network takes {fed}: "
+                          f"{b_out + emb:,.0f}")
+    if first[1] == "dot":
+        p, want = first[4], V + (1 if bottom else 0)
+        if p["features"] != want:
+            raise ConfigError(src, name(first, "features"), f"is {p['features']:g}; the interaction takes the {V} "
+                              f"vectors of the {T} tables" + (" and the bottom output" if bottom else "") + f": {want}")
+        widths = set(dims.tolist()) | ({b_out} if bottom else set())
+        if widths != {p["dim"]}:
+            raise ConfigError(src, name(first, "dim"), f"is {p['dim']:g}; the dot interaction needs every vector "
+                              f"that wide, but the tables and the bottom output are {', '.join(f'{w:g}' for w in sorted(widths))}")
+    for stage in STAGES:
+        ls = [l for l in layers if l[3] == stage]
+        for prev, nxt in zip(ls, ls[1:]):
+            if nxt[1] == "mlp" and prev[1] in ("mlp", "dot", "dcnv2") and nxt[4]["input"] != out(prev):
+                raise ConfigError(src, name(nxt, "input"), f"is {nxt[4]['input']:g}; it takes the output of layer "
+                                  f"{prev[2]!r}, {out(prev):g} wide")

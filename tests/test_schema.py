@@ -192,3 +192,50 @@ def test_the_far_corners_leave_room_for_the_largest_structures(problem, slowest,
         assert float(figure) * growth < FLOAT32_MAX
     if slowest:
         assert float(bd.step_s) > 1e15          # the corner is the slow one (the test would pass vacuously)
+
+
+# ----------------------------------------------------------------- the configuration reference
+def test_the_committed_configuration_reference_is_what_the_schema_generates():
+    from perfmodel.schema import markdown
+    committed = (DATA.parent / "docs" / "configuration.md").read_text()
+    assert committed == markdown(), "run `perfmodel schema --markdown docs/configuration.md` and commit it"
+
+
+def test_every_key_a_loader_reads_from_a_preset_is_in_the_schema(monkeypatch):
+    """Every key config.Section hands a loader while every bundled chip, system and model loads is a
+    schema row (or a section that holds rows): a key read outside the schema is a test failure."""
+    import re
+    from perfmodel import config, schema
+    read = set()
+    get = config.Section._get
+
+    def spy(self, key, *a, **kw):
+        read.add((self.source, re.sub(r"\[\d+\]", "[]", self.prefix) + key))
+        return get(self, key, *a, **kw)
+
+    monkeypatch.setattr(config.Section, "_get", spy)
+    for name in pm.model_names():
+        pm.load_model(name)
+    for family, sizes, _ in pm.hardware.system_families():
+        pm.load_system(f"{family}-{sizes[0]}")
+    for chip in config.preset_names("chips"):
+        pm.load_chip(chip)
+    tables = {"/chips/": {**schema.CHIP, **schema.CHIP_OPTIONS}, "/systems/": {**schema.SYSTEM, **schema.SYSTEM_OPTIONS},
+              "/models/": {**schema.MODEL, **schema.MODEL_OPTIONS}}
+    kinds = set()
+    for source, key in read:
+        kind = next(k for k in tables if k in source)
+        kinds.add(kind)
+        rows = tables[kind]
+        sections = {r.section for r in rows.values()}
+        assert key in rows or any(s == key or s.startswith((key + ".", key + "[]")) for s in sections), (source, key)
+    assert kinds == set(tables)
+
+
+def test_plan_and_constraint_fields_are_the_schemas():
+    from perfmodel.constraints import TableConstraint
+    from perfmodel.schema import CONSTRAINT, PLAN
+    plan = pm.Plan(tables={"t": pm.TablePlan("table_wise", [0])}).to_dict()
+    assert set(plan) == {o.key for o in PLAN.values() if not o.section}
+    assert set(plan["tables"]["t"]) == {o.key for o in PLAN.values() if o.section == "tables.<table>"}
+    assert [f.name for f in dataclasses.fields(TableConstraint)] == [o.key for o in CONSTRAINT.values()]

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import ConfigError
+from ..constraints import as_constraints, model_constraints, plan_violations, resolve as resolve_limits
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, validate_plan
 from ..workload import RankingModel
 from .codesign import co_design as run_co_design, knob_spec
 from .driver import Budget, run
+from .exact import admits as exact_admits
 from .greedy import greedy_plan
 from .guard import ShardCosts, load_shard_costs
 from .methods import METHODS, SAMPLERS, method as make_method
@@ -110,7 +112,7 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
-           gradients: bool | str = True) -> SearchResult:
+           gradients: bool | str = True, constraints=None) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first.
 
@@ -133,25 +135,34 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     the cap. r.feasible then also says the cap is met; r.notes["guard"] gives the plan's value and the cap.
     gradients: the gradient method's use of gradient information (True: all; False: none, its local
     search and kicks alone; "rank" or "relaxed": that one only), for ablations.
+    constraints: per-table constraints in TorchRec's vocabulary (constraints.py: {table: {sharding_types,
+    compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks}}, Constraints, TorchRec
+    ParameterConstraints objects, or a TOML/JSON path); every method's plan keeps them. A model given
+    by name or path brings its file's [constraints.<table>] too (these replace them table by table).
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
     _check(method, budget_s, iterations, restarts, precisions, seed, steps)
     if gradients not in (True, False, "rank", "relaxed"):
         raise ConfigError("", "gradients", f"is {gradients!r}; allowed: True, False, 'rank', 'relaxed'")
+    given = as_constraints(constraints, "constraints")
+    if isinstance(model, str):
+        given = model_constraints(model).merged(given)
     system, model, start = resolve(system, model, start)
+    limits = resolve_limits(given, system, model)
     if iterations == "auto":
         iterations = default_iterations(system, model)
     if start is not None and not isinstance(start, Plan):
         start = from_arrays(start, system, model)
     if start is not None:
-        validate_plan(start, system, model, src="start")     # before any time is spent on it
+        validate_plan(start, system, model, src="start", constraints=given)   # before any time is spent on it
     if guard is not None:
         guard = _checked_guard(guard, method, co_design, system, model)
     options = Options(restarts=restarts, steps=steps, start=start,
                       relaxed=gradients in (True, "relaxed"), rank=gradients in (True, "rank"))
     kw = dict(seed=seed, budget_s=budget_s, iterations=iterations, precisions=precisions,
-              sharding_types=sharding_types, freeze_settings=freeze_settings, options=options)
+              sharding_types=sharding_types, freeze_settings=freeze_settings, options=options,
+              constraints=(given, limits))
     if co_design is not None:
         knob_spec(co_design, system)
         return _co_designed(system, model, method, co_design, start, progress, kw)
@@ -189,32 +200,50 @@ def _co_designed(system, model, method, knob, start, progress, kw) -> SearchResu
                         system=sys_v, iterations=info["iterations"], stopped=info["stopped"])
 
 
-def make_problem(system, model, *, precisions, sharding_types, freeze_settings, guard=None) -> Problem:
-    """The search problem: the allowed choices as masks (a guard's unpriced types disallowed)."""
+def make_problem(system, model, *, precisions, sharding_types, freeze_settings, guard=None, limits=None) -> Problem:
+    """The search problem: the allowed choices as masks (a guard's unpriced types disallowed, the
+    per-table constraints' limits applied)."""
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
     if bad or not sharding_types:
         raise ConfigError("", "sharding_types", f"{bad or sharding_types!r}: allowed {', '.join(SHARDING_TYPES)}")
-    masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types))
+    masks = make_masks(system, model, precisions=tuple(precisions), sharding_types=tuple(sharding_types),
+                       limits=limits)
+    if limits is not None:
+        lost = [n for n, row in zip(model.tables.names, masks.types) if not (row > -1).any()]
+        if lost:
+            t = model.tables.names.index(lost[0])
+            allowed = [st for j, st in enumerate(SHARDING_TYPES) if limits.types[t, j] > 0]
+            raise ConfigError("constraints", lost[0], f"allows {', '.join(allowed)}, none of which this search can "
+                              f"use for the table on system {system.name} (sharding_types {list(sharding_types)}; "
+                              f"column_wise needs k | dim with shards >= {int(limits.min_dim[t])} columns on "
+                              "2 or more ranks, table_row_wise two scale-up domains)")
     if guard is not None:          # a type the guard has no cost for is never used
         types = np.where(guard.priced(), masks.types, np.minimum(masks.types, NEG))
         lost = [n for n, row in zip(model.tables.names, types) if not (row > -1).any()]
         if lost:
             raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
         masks = dataclasses.replace(masks, types=types)
-    return Problem(system, model, masks, guard=guard, freeze_settings=freeze_settings)
+    return Problem(system, model, masks, guard=guard, freeze_settings=freeze_settings, limits=limits)
 
 
 def _search(system, model, method, *, seed, budget_s, iterations, precisions, sharding_types, freeze_settings,
-            options, guard=None, on_round=None) -> SearchResult:
+            options, guard=None, on_round=None, constraints=(None, None)) -> SearchResult:
     budget = Budget(iterations=iterations, seconds=budget_s)
+    given, limits = constraints
+    if method == "exact" and limits is not None:
+        exact_admits(system, model, limits, given)
     p = make_problem(system, model, precisions=precisions, sharding_types=sharding_types,
-                     freeze_settings=freeze_settings, guard=guard)
+                     freeze_settings=freeze_settings, guard=guard, limits=limits)
     out = run(make_method(method, options.start, options, p), p, seed, budget, on_round)
     plan = out.plan
     if isinstance(plan, PlanArrays):            # a sampler's best: its one-hot arrays
         plan = from_arrays(plan, system, model)
         if freeze_settings:
-            plan = p.with_settings_of(options.start or greedy_plan(system, model))(plan)
+            plan = p.with_settings_of(options.start or greedy_plan(system, model, p.masks))(plan)
+    broken = plan_violations(plan, given, system, model) if limits is not None else []
+    if broken:       # a sampler that drew no plan keeping them (a search from a start always keeps them)
+        raise ConfigError("constraints", broken[0][0], f"{method} found no plan that keeps the constraints in "
+                          f"{iterations} rounds ({broken[0][1]}); give it more iterations or use gradient")
     notes = dict(out.notes)
     evaluations = notes.pop("evaluations", 0)
     if method not in ("greedy", "exact"):

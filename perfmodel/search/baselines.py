@@ -21,26 +21,41 @@ import numpy as np
 from ..cache import jit
 from ..evaluate import _evaluate
 from ..hardware import System
-from ..plan import CW, PlanArrays
+from ..plan import CW, DP, PlanArrays
 from ..workload import RankingModel
-from .score import score_of, score_plans
-from .relax import Masks
+from .score import constrained, score_of, score_plans
+from .relax import NEG, Masks
 
 
-def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int) -> PlanArrays:
-    """n random discrete plans (one-hot PlanArrays) over the allowed choices."""
+def fewest_shards(masks: Masks) -> int:
+    """The most devices a sampled table takes: the largest of the tables' fewest column-wise shards
+    (2 unless a constraint says otherwise), 1 with none."""
+    first = np.argmax(np.asarray(masks.shards) > 0, axis=1)
+    return int(max(1, first.max(initial=1)))
+
+
+def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int, most: int = 2) -> PlanArrays:
+    """n random discrete plans (one-hot PlanArrays) over the allowed choices: a uniform sharding type
+    per table, a uniform device (table-wise) or k of them (column-wise, k the fewest shards allowed:
+    2 unless a constraint says otherwise) among those its constraints allow, a uniform allowed domain.
+    most: fewest_shards(masks), static (the draw keeps that many top devices per table)."""
     T, D = model.tables.count, system.num_chips
     H = D // system.domain_size
+    lim = masks.limits
     ks = jax.random.split(key, 12)
     g = lambda k, shape, mask: jax.nn.one_hot(jnp.argmax(jax.random.gumbel(k, shape) + mask, -1), shape[-1])
     st = g(ks[0], (n, T, 5), jnp.asarray(masks.types))
     cw = st[..., CW]
-    r1 = jax.random.randint(ks[1], (n, T), 0, D)
-    r2 = (r1 + 1 + jax.random.randint(ks[2], (n, T), 0, max(D - 1, 1))) % D
-    placement = jax.nn.one_hot(r1, D) * (1 - 0.5 * cw[..., None]) + jax.nn.one_hot(r2, D) * 0.5 * cw[..., None]
+    # the fewest shards allowed (the first k with a 1 in masks.shards), 1 for the table-wise
+    k = jnp.where(cw > 0, jnp.argmax(jnp.asarray(masks.shards) > 0, axis=-1), 1).astype(jnp.float32)
+    draw = jax.random.gumbel(ks[1], (n, T, D)) + NEG * (1.0 - lim.devices)
+    top = jax.lax.top_k(draw, min(max(most, 1), D))[0]              # the k-th largest draw of each table
+    kth = jnp.take_along_axis(top, (k.astype(jnp.int32) - 1)[..., None], axis=-1)
+    on = (draw >= kth).astype(jnp.float32)
+    dom = g(ks[3], (n, T, H), NEG * (1.0 - lim.domains))
     return PlanArrays(
-        shard_type=st, placement=placement, domain_placement=jax.nn.one_hot(jax.random.randint(ks[3], (n, T), 0, H), H),
-        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)),
+        shard_type=st, placement=on / k[..., None], domain_placement=dom,
+        cw_shards=jnp.maximum(k, 1.0), cache_ratio=jnp.where(st[..., DP] > 0, 1.0, lim.target_cache()),
         dense_mode=g(ks[4], (n, 3), jnp.asarray(masks.dense)), algorithm=g(ks[5], (n, 4, 4), jnp.asarray(masks.algos)),
         a2a_precision=g(ks[6], (n, 3), jnp.asarray(masks.a2a)), grad_precision=g(ks[7], (n, 3), jnp.asarray(masks.grad)),
         offload=jax.random.bernoulli(ks[8], 0.5, (n,)).astype(jnp.float32) * masks.engines,
@@ -50,11 +65,11 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int)
     )
 
 
-_sample = jit(sample_plans, static_argnums=4)
+_sample = jit(sample_plans, static_argnums=(4, 5))
 
 
-@jit(static_argnums=6)
-def _generation(key, pop, fit, system, model, masks, n, pm):
+@jit(static_argnums=(6, 9))
+def _generation(key, pop, fit, system, model, masks, n, pm, limits=None, most=2):
     T = model.tables.count
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
     def tournament(k):
@@ -71,7 +86,7 @@ def _generation(key, pop, fit, system, model, masks, n, pm):
             m = setting.reshape((n,) + (1,) * (x.ndim - 1))
         return jnp.where(m, xa, xb)
     child = PlanArrays(**{f.name: mix(getattr(pop, f.name), f.name) for f in dataclasses.fields(PlanArrays)})
-    fresh = sample_plans(k5, system, model, masks, n)
+    fresh = sample_plans(k5, system, model, masks, n, most)
     mut = jax.random.bernoulli(jax.random.fold_in(k5, 1), pm, (n, T))
     mrow = lambda x: mut.reshape(mut.shape + (1,) * (x.ndim - 2))
     child = dataclasses.replace(
@@ -80,8 +95,9 @@ def _generation(key, pop, fit, system, model, masks, n, pm):
         placement=jnp.where(mrow(child.placement), fresh.placement, child.placement),
         domain_placement=jnp.where(mrow(child.domain_placement), fresh.domain_placement, child.domain_placement),
         cw_shards=jnp.where(mut, fresh.cw_shards, child.cw_shards),
+        cache_ratio=jnp.where(mut, fresh.cache_ratio, child.cache_ratio),
     )
-    cfit = jax.vmap(lambda p: score_of(_evaluate(system, model, p, 0.0)))(child)
+    cfit = jax.vmap(lambda p: constrained(score_of(_evaluate(system, model, p, 0.0)), p, limits))(child)
     # elitism: keep the best n of parents and children
     allfit = jnp.concatenate([fit, cfit])
     keep = jnp.argsort(allfit)[:n]
@@ -113,8 +129,8 @@ class Random:
 
     def step(self, p, s: Sampled, budget) -> Sampled:
         key, sub = jax.random.split(s.key)
-        batch = _sample(sub, p.system, p.model, p.masks, p.max_batch)
-        sc = np.asarray(score_plans(p.system, p.model, batch))
+        batch = _sample(sub, p.system, p.model, p.masks, p.max_batch, fewest_shards(p.masks))
+        sc = np.asarray(score_plans(p.system, p.model, batch, limits=p.limits))
         j = int(np.argmin(sc))
         better = sc[j] < s.best
         return dataclasses.replace(s, key=key, evaluations=s.evaluations + p.max_batch,
@@ -142,16 +158,17 @@ class Evolutionary(Random):
 
     def init(self, p, seed, budget):
         key, sub = jax.random.split(jax.random.PRNGKey(seed))
-        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch)
+        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch, fewest_shards(p.masks))
         for i, s in enumerate(self.seeds[:p.max_batch]):
             pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
-        fit = jnp.asarray(score_plans(p.system, p.model, pop))
+        fit = jnp.asarray(score_plans(p.system, p.model, pop, limits=p.limits))
         return self._best(Sampled(key=key, pop=pop, fit=fit, evaluations=p.max_batch))
 
     def step(self, p, s: Sampled, budget) -> Sampled:
         rate = jnp.float32(self.mutation if self.mutation is not None else min(0.5, 2.0 / p.T))
         key, sub = jax.random.split(s.key)
-        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate)
+        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate, p.limits,
+                               fewest_shards(p.masks))
         return self._best(dataclasses.replace(s, key=key, pop=pop, fit=fit, evaluations=s.evaluations + p.max_batch))
 
     @staticmethod

@@ -65,12 +65,26 @@ def _linear_parts(system, model, pa0, a2a_b, grad_b):
     return _quantities(P0, *args), jax.jacobian(_quantities)(P0, *args)
 
 
-def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: float = 120.0) -> tuple[Plan, dict]:
+def admits(system: System, model: RankingModel, limits, constraints=None) -> None:
+    """Refuse constraints the subproblem cannot keep: a table that may not be table_wise, or not in
+    HBM (cache ratio 1). Pinned ranks it keeps (constraints.Limits.devices)."""
+    from ..plan import TW
+    for t, name in enumerate(model.tables.names):
+        if limits.types[t, TW] <= 0 or limits.fused[t] <= 0:
+            key = "sharding_types" if limits.types[t, TW] <= 0 else "compute_kernels"
+            raise ConfigError("constraints", f"{name}.{key}", "rules out table_wise in HBM, the only placement the "
+                              "exact method solves for (every table table_wise, kernel fused): use gradient")
+
+
+def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: float = 120.0,
+               devices: np.ndarray | None = None) -> tuple[Plan, dict]:
+    """The MILP's placement (module docstring); devices [T, D]: 1 where table t may go (constraints)."""
     T, D = model.tables.count, system.num_chips
     if T > MAX_TABLES or D > MAX_DEVICES:
         raise ConfigError("", "method", f"exact takes at most {MAX_TABLES} tables and {MAX_DEVICES} devices "
                           f"(this instance: {T} tables, {D} devices); use gradient")
-    base = subproblem_plan(start, model)
+    allowed = np.ones((T, D)) if devices is None else np.asarray(devices)
+    base = subproblem_plan(start, model, [int(np.argmax(allowed[t])) for t in range(T)])
     pa0 = to_arrays(base, system, model)
     bd0 = evaluate(system, model, base)
     ph = {k: float(np.max(v)) for k, v in bd0.phase_s.items()}
@@ -107,7 +121,7 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
             T=T, D=D, system=system, const=const, jac=jac, net=net, link_names=link_names, inv_bw=inv_bw, over=over,
             o=o, lat_eng=lat_eng, lat_p=lat_p, eff_p=eff_p, setup=setup, t_bf=t_bf, t_tf=t_tf, t_tb=t_tb, t_bb=t_bb,
             t_opt=t_opt, c_sync=c_sync, n_b=n_b, cap=cap, db_ef=db_ef, c_ef=c_ef, big=4.0 * float(bd0.step_s) * US + 1.0,
-            time_limit_s=time_limit_s), slow)
+            time_limit_s=time_limit_s, allowed=allowed), slow)
         plan = subproblem_plan(start, model, ranks)
         bd = evaluate(system, model, plan)
         if ranks in seen:
@@ -154,7 +168,9 @@ def _solve(a: dict, slow: dict):
     h.setOptionValue("mip_rel_gap", 1e-7)
     h.setOptionValue("mip_feasibility_tolerance", 1e-9)
     h.setOptionValue("random_seed", 0)
-    x = [[h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger) for d in range(D)] for t in range(T)]
+    allowed = a["allowed"]            # a device a constraint rules out: x = 0 there
+    x = [[h.addVariable(lb=0, ub=float(allowed[t, d] > 0), type=highspy.HighsVarType.kInteger) for d in range(D)]
+         for t in range(T)]
     for t in range(T):
         h.addConstr(sum(x[t]) == 1)
 

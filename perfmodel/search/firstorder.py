@@ -117,7 +117,8 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
     if not cols:
         return empty_moves(), np.zeros(0), np.zeros(0)
     join = lambda xs: np.concatenate(xs)
-    return {k: join([c[k] for c in cols]) for k in cols[0]}, join(ests), join(ties)
+    moves, keep = p.admissible({k: join([c[k] for c in cols]) for k in cols[0]})
+    return moves, join(ests)[keep], join(ties)[keep]
 
 
 def swap_estimates(p: Problem, plan: Plan, g) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

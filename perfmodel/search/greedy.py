@@ -30,11 +30,11 @@ from ..cost.arrays import as_numpy, xp_of
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
-from ..plan import ALLOWED_ALGORITHMS, DENSE_MODES, Plan, TablePlan, plan_arrays
+from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
+                    plan_arrays)
 from ..workload import RankingModel
 from .score import INFEASIBLE, eager, score_settings
 
-MIN_CW_DIM = 32        # assumed: narrower column shards gather inefficiently (TorchRec's kernels prefer >= 32)
 HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
 
 
@@ -59,9 +59,11 @@ def _inputs_of(system: System, model: RankingModel, shards):
 _inputs = jit(_inputs_of, export=True)
 
 
-def greedy_plan(system: System, model: RankingModel) -> Plan:
+def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
     """TorchRec-style greedy planning (module docstring). On a small instance (score.eager) its inputs
-    and its settings are computed in numpy, with no program to compile."""
+    and its settings are computed in numpy, with no program to compile. masks (relax.Masks): the
+    choices a search allows (sharding types, column-wise shard counts, per-table constraints), which
+    the plan keeps; None: every choice the planner makes by itself."""
     fast = eager(system, model)
     tb = model.tables
     D, L = system.num_chips, system.domain_size
@@ -69,7 +71,8 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     B = float(model.global_batch)
     rows = np.asarray(tb.rows, np.float64)
     dim = np.asarray(tb.dim, np.float64)
-    widest = max(2, min(D, int(dim.max()) // MIN_CW_DIM))
+    ok, lim = _choices(masks, dim, D, L)
+    widest = max(2, min(D, int(dim.max()) // int(lim.min_dim.min())))
     shards = np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)
     numpy_problem = (as_numpy(system), as_numpy(model)) if fast else None
     q = {k: np.asarray(v, np.float64) for k, v in
@@ -103,20 +106,27 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     used = np.zeros(D)
     work = np.zeros(D)
     names = tb.names
-    dp = (2.0 * rows * dim * 4.0 < out_bytes / D) & (size < 0.01 * budget) & (D > 1)
+
+    def whole(i, st, ranks):          # a table spread over `ranks` (data-parallel: a copy on each)
+        share = size[i] if st == "data_parallel" else size[i] / len(ranks)
+        ratio = 1.0 if st == "data_parallel" else lim.clip_cache(i, 1.0)
+        tables[names[i]] = TablePlan(st, ranks, ratio)
+        used[ranks] += share * ratio
+        work[ranks] += load[i] / len(ranks)
+
+    def domain(i):                    # the least-used scale-up domain table i may take
+        doms = np.flatnonzero(lim.domains[i] > 0)
+        h = int(doms[np.argmin(used.reshape(-1, L).sum(1)[doms])])
+        return list(range(h * L, h * L + L))
+
+    dp = (2.0 * rows * dim * 4.0 < out_bytes / D) & (size < 0.01 * budget) & (D > 1) & ok[:, DP]
     for i in np.flatnonzero(dp):
-        tables[names[i]] = TablePlan("data_parallel", list(range(D)))
-        used += size[i]
-        work += load[i] / D
-    big = (size > 0.5 * budget) & ~dp
+        whole(i, "data_parallel", list(range(D)))
+    big = (size > 0.5 * budget) & ~dp & (ok[:, TWRW] | ok[:, RW])
     spread = []           # big tables row-wise over every device, part in host DRAM when HBM runs short
     for i in np.flatnonzero(big):
-        if D > L and size[i] / L <= 0.5 * budget and not sequence[i]:
-            dom = int(np.argmin(used.reshape(-1, L).sum(1)))
-            ranks = list(range(dom * L, dom * L + L))
-            tables[names[i]] = TablePlan("table_row_wise", ranks)
-            used[ranks] += size[i] / L
-            work[ranks] += load[i] / L
+        if D > L and size[i] / L <= 0.5 * budget and not sequence[i] and ok[i, TWRW] or not ok[i, RW]:
+            whole(i, "table_row_wise", domain(i))
         else:
             spread.append(i)
     # When they and the tables packed below do not fit in HBM on average, they share it at one cache
@@ -132,15 +142,20 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
     for i, share in zip(spread, shares):
         room = budget - used.max()
         ratio = min(1.0, common) if common >= 0.01 else (1.0 if share <= room else room / share)
+        ratio = lim.clip_cache(i, ratio)
         if ratio < 0.01 or (1.0 - ratio) * share > float(system.chip.host_dram_bytes) - host_used:
             raise _no_plan(system, model, f"table {names[i]} needs {fmt_bytes(share)} per device even row-wise "
                            f"over {D} devices; {fmt_bytes(max(room, 0))} of HBM and "
                            f"{fmt_bytes(float(system.chip.host_dram_bytes) - host_used)} of host DRAM are left")
-        tables[names[i]] = TablePlan("row_wise", list(range(D)), round(float(ratio), 4))
+        tables[names[i]] = TablePlan("row_wise", list(range(D)), lim.clip_cache(i, round(float(ratio), 4)))
         used += share * ratio
         host_used += share * (1.0 - ratio)
         work += load[i] / D
 
+    # a table that may be neither table- nor column-wise takes the first other type it may
+    for i in [i for i in range(T) if names[i] not in tables and not ok[i, TW] and not lim.cw[i]]:
+        st = next(SHARDING_TYPES[j] for j in (RW, TWRW, DP) if ok[i, j])
+        whole(i, st, domain(i) if st == "table_row_wise" else list(range(D)))
     rest = [i for i in range(T) if names[i] not in tables]
     fair = (load[rest].sum() + work.sum()) / D if rest else 0.0
     shards = []      # (load, bytes, table index, k)
@@ -149,32 +164,32 @@ def greedy_plan(system: System, model: RankingModel) -> Plan:
         shard_load[c] = q["f"][c - 1] + q["b"][c - 1] + (out_bytes / c + in_bytes) / max(link, 1.0)
     for i in rest:
         k = 1
-        if load[i] > fair and D > 1:
-            options = [c for c in range(2, min(D, int(dim[i]) // MIN_CW_DIM) + 1) if dim[i] % c == 0]
+        options = lim.cw[i]
+        if (load[i] > fair and D > 1) or not ok[i, TW]:
             fits = [c for c in options if shard_load[c][i] <= fair]
             best = min(options, key=lambda c: shard_load[c][i], default=1)
-            k = min(fits) if fits else (best if options and shard_load[best][i] < load[i] else 1)
+            k = min(fits) if fits else (best if options and (shard_load[best][i] < load[i] or not ok[i, TW]) else 1)
         shards += [(float(shard_load[k][i]), size[i] / k, i, k)] * k
     shards.sort(key=lambda s: (-s[0], s[2]))
     placed: dict[int, list[int]] = {}
     cache: dict[int, float] = {}
     for ld, nbytes, i, k in shards:
         taken = placed.setdefault(i, [])
-        order = np.lexsort((np.arange(D), work))
-        choice = next((d for d in order if d not in taken and used[d] + nbytes <= budget), None)
+        order = [d for d in np.lexsort((np.arange(D), work)) if lim.devices[i, d] > 0 and d not in taken]
+        choice = next((d for d in order if used[d] + nbytes <= budget), None)
         if choice is None:
-            choice = next(d for d in order if d not in taken)
+            choice = order[0]
             room = budget - used[choice]
             if room <= 0.05 * nbytes:
                 raise _no_plan(system, model, f"table {names[i]} ({fmt_bytes(nbytes)} per shard) finds no device "
-                               "with room")
+                               "with room" + (" among the ranks its constraints allow" if len(order) < D else ""))
             cache[i] = min(cache.get(i, 1.0), room / nbytes)
         taken.append(int(choice))
         used[choice] += nbytes * cache.get(i, 1.0)
         work[choice] += ld
     for i, ranks in placed.items():
         st = "column_wise" if len(ranks) > 1 else "table_wise"
-        tables[names[i]] = TablePlan(st, sorted(ranks), round(float(cache.get(i, 1.0)), 4))
+        tables[names[i]] = TablePlan(st, sorted(ranks), lim.clip_cache(i, round(float(cache.get(i, 1.0)), 4)))
 
     base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
                 offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
@@ -196,6 +211,33 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     scores = score_settings(system, model, candidates, plan_arrays(base, system, model), eager=eager)
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
+
+
+@dataclasses.dataclass
+class _Allowed:
+    """What greedy may choose per table: column-wise shard counts, devices, domains, cache ratios."""
+
+    cw: list
+    devices: np.ndarray
+    domains: np.ndarray
+    min_dim: np.ndarray
+    limits: object
+
+    def clip_cache(self, i: int, ratio: float) -> float:
+        return ratio if self.limits is None else self.limits.clip_cache(i, ratio)
+
+
+def _choices(masks, dim, D: int, L: int) -> tuple[np.ndarray, _Allowed]:
+    """[T, 5] the sharding types greedy may use and the rest of what it may choose (_Allowed)."""
+    T = len(dim)
+    if masks is None:
+        cw = [[c for c in range(2, min(D, int(d) // MIN_CW_DIM) + 1) if d % c == 0] for d in dim]
+        return (np.ones((T, 5), bool),
+                _Allowed(cw, np.ones((T, D)), np.ones((T, D // L)), np.full(T, MIN_CW_DIM), None))
+    lim = masks.limits
+    cw = [masks.cw(t) for t in range(T)]        # [] where column_wise is not allowed
+    return (np.asarray(masks.types) > -1, _Allowed(cw, np.asarray(lim.devices),
+                                                   np.asarray(lim.domains), np.asarray(lim.min_dim), lim))
 
 
 def _no_plan(system: System, model: RankingModel, why: str) -> ConfigError:

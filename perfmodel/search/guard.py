@@ -40,6 +40,7 @@ from ..hardware import System, _pytree, static
 from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, plan_arrays
 from ..workload import RankingModel
 from .pack import rebalance
+from ..schema import GUARD
 from .relax import cw_options
 
 UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
@@ -74,9 +75,9 @@ class ShardCosts:
         type: cost}}} (the module docstring); a bad entry is a ConfigError naming `src` and the field."""
         if not isinstance(data, dict):
             raise ConfigError(src, "", "must be an object with 'cap' and 'tables'")
-        unknown = sorted(set(data) - {"name", "unit", "cap", "tables", "source"})
+        unknown = sorted(set(data) - set(GUARD))
         if unknown:
-            raise ConfigError(src, unknown[0], "unknown field; allowed: name, unit, cap, tables, source")
+            raise ConfigError(src, unknown[0], f"unknown field; allowed: {', '.join(GUARD)}")
         unit = data.get("unit", "s")
         if not isinstance(unit, str) or unit not in UNITS:
             raise ConfigError(src, "unit", f"is {unit!r}; allowed: {', '.join(UNITS)}")

@@ -33,7 +33,7 @@ class Greedy:
         self.start = start
 
     def init(self, p, seed, budget) -> OnePass:
-        plan = self.start if self.start is not None else greedy_plan(p.system, p.model)
+        plan = self.start if self.start is not None else greedy_plan(p.system, p.model, p.masks)
         return OnePass(plan, float(evaluate(p.system, p.model, plan).step_s))
 
     def step(self, p, s, budget):
@@ -55,8 +55,9 @@ class Exact(Greedy):
     name = "exact"
 
     def init(self, p, seed, budget) -> OnePass:
-        start = self.start if self.start is not None else greedy_plan(p.system, p.model)
-        plan, info = exact_plan(p.system, p.model, start)
+        start = self.start if self.start is not None else greedy_plan(p.system, p.model, p.masks)
+        devices = None if p.limits is None else p.limits.devices
+        plan, info = exact_plan(p.system, p.model, start, devices=devices)
         return OnePass(plan, info["hard_step_s"], {"milp": info})
 
 
@@ -70,6 +71,6 @@ def method(name: str, start: Plan | None, options: Options, problem) -> object:
         return Exact(start)
     if name == "random":
         return Random()
-    seeds = [to_arrays(start if start is not None else greedy_plan(problem.system, problem.model),
+    seeds = [to_arrays(start if start is not None else greedy_plan(problem.system, problem.model, problem.masks),
                        problem.system, problem.model)]
     return Evolutionary(seeds)

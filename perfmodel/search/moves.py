@@ -146,7 +146,7 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
                     add(t, int(cur_type[t]), ranks[t] if cur_type[t] in (TW, CW) else (0,), ranks[t][0] // L, ratio)
     if not c["t"]:
         return empty_moves()
-    return {k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()}
+    return p.admissible({k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()})[0]
 
 
 def swaps(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +277,7 @@ def kick(p: Problem, plan: Plan, rng: np.random.Generator) -> Plan:
     placement (table-wise on a random device, column-wise in k shards on k random devices, k one of
     cw_moves, table-row-wise in a random domain, row-wise, data-parallel)."""
     names, D, L = p.model.tables.names, p.D, p.L
+    lim = p.limits
     tables = dict(plan.tables)
     for t in rng.choice(p.T, size=min(max(2, p.T // 8), p.T), replace=False):
         allowed = [j for j in range(5) if p.allowed[t, j] and (j != CW or p.cw_moves[t]) and (j != TWRW or p.H > 1)]
@@ -284,13 +285,16 @@ def kick(p: Problem, plan: Plan, rng: np.random.Generator) -> Plan:
             continue
         st = int(rng.choice(allowed))
         cache = tables[names[t]].cache_ratio if st != DP else 1.0
+        devs = D if lim is None else np.flatnonzero(lim.devices[t] > 0)     # the devices it may take
+        if lim is not None and st != DP:
+            cache = lim.clip_cache(t, cache)
         if st == TW:
-            ranks = [int(rng.integers(D))]
+            ranks = [int(rng.integers(D))] if lim is None else [int(rng.choice(devs))]
         elif st == CW:
             k = int(rng.choice(p.cw_moves[t]))
-            ranks = sorted(int(d) for d in rng.choice(D, size=k, replace=False))
+            ranks = sorted(int(d) for d in rng.choice(devs, size=k, replace=False))
         elif st == TWRW:
-            h = int(rng.integers(p.H))
+            h = int(rng.integers(p.H)) if lim is None else int(rng.choice(np.flatnonzero(lim.domains[t] > 0)))
             ranks = list(range(h * L, h * L + L))
         else:
             ranks = list(range(D))

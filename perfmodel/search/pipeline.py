@@ -108,7 +108,7 @@ class Gradient:
     def init(self, p: Problem, seed: int, budget) -> State:
         """Greedy's plan (or the start); on a small instance also its best compound move, both
         scored in numpy (score.eager), so that they are held before any program is compiled."""
-        greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model)
+        greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model, p.masks)
         s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed,
                   planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)))
         if not p.eager:

@@ -15,10 +15,11 @@ import numpy as np
 
 from ..cost.arrays import as_numpy
 from ..hardware import System
-from ..plan import CW, DP, TWRW, Plan, plan_arrays, stack
+from ..constraints import TOL
+from ..plan import CW, DP, TW, TWRW, Plan, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
-from .relax import Masks, cw_options
+from .relax import Masks
 
 GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
 CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
@@ -34,6 +35,7 @@ class Problem:
     guard: object = None                 # guard.ShardCosts: plans over its cap score as infeasible
     freeze_settings: bool = False
     max_batch: int = 0                   # plans per scoring call (0: score.batch_size)
+    limits: object = None                # constraints.Limits: plans that break them score as VIOLATED
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -59,8 +61,7 @@ class Problem:
         put("exhaustive", sc.is_exhaustive(system, model))
         put("in_program", sc.in_program(system, model))
         put("eager", sc.eager(system, model, self.guard))
-        dims = np.asarray(model.tables.dim).astype(int)
-        put("cw_moves", [[k for k in cw_options(int(d), D) if k <= CW_MOVE_SHARDS] for d in dims])
+        put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
         tb = jax.tree_util.tree_map(np.asarray, model.tables)
@@ -83,23 +84,23 @@ class Problem:
     def details_of(self, pa) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays."""
-        return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard)[:6])
+        return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard, self.limits)[:6])
 
     def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
         return self.details_of(self.arrays(plan))
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
-        return float(sc.details(self.system, self.model, pa, self.guard)[0])
+        return float(sc.details(self.system, self.model, pa, self.guard, self.limits)[0])
 
     def breakdown(self, plan: Plan):
         """The plan's Breakdown, as evaluate() gives it (from the compiled program the search uses)."""
-        return sc.details(self.system, self.model, self.arrays(plan), self.guard)[6]
+        return sc.details(self.system, self.model, self.arrays(plan), self.guard, self.limits)[6]
 
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
         """[2, n] hard and tie-broken scores of a batch under this problem's guard; eager: in numpy."""
         problem = self.numpy_problem if eager else (self.system, self.model)
-        return sc.score_pairs(*problem, batch, self.guard, eager)
+        return sc.score_pairs(*problem, batch, self.guard, eager, self.limits)
 
     def scores(self, batch) -> np.ndarray:
         """Tie-broken scores of a batch of plan arrays."""
@@ -108,6 +109,22 @@ class Problem:
     def scores_of(self, plans: list[Plan]) -> np.ndarray:
         """Tie-broken scores of a list of Plans, in one batch."""
         return self.scores(stack([self.arrays(p) for p in plans]))
+
+    def admissible(self, c: dict) -> tuple[dict, np.ndarray]:
+        """The table moves c (moves.COLUMNS) that keep the constraints, each cache ratio made one they
+        allow (the nearest), and which rows those are."""
+        keep = np.ones(len(c["t"]), bool)
+        if self.limits is None:
+            return c, keep
+        lim, t, st, cache = self.limits, c["t"], c["st"], c["cache"]
+        fused, caching, lo, hi = lim.fused[t] > 0, lim.caching[t] > 0, lim.cache_lo[t], lim.cache_hi[t]
+        ok = np.where(cache >= 1.0 - TOL, fused, caching & (cache >= lo - TOL) & (cache <= hi + TOL))
+        cache = np.where(st == DP, 1.0, np.where(ok, cache, np.where(caching, np.clip(cache, lo, hi), 1.0)))
+        devs = c["devs"]
+        on = np.where(devs >= 0, lim.devices[t[:, None], np.maximum(devs, 0)] > 0, True).all(axis=1)
+        keep = ((lim.types[t, st] > 0) & (on | ~np.isin(st, (TW, CW)))
+                & ((st != TWRW) | (lim.domains[t, c["dom"]] > 0)) & ((st != CW) | (lim.shards[t, c["k"]] > 0)))
+        return {k: v[keep] for k, v in dict(c, cache=cache).items()}, keep
 
     def with_settings_of(self, base: Plan):
         """plan -> plan with `base`'s settings when the settings are frozen (else as it is)."""

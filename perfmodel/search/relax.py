@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hardware import System, _pytree
-from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, PRECISIONS, RW, SHARDING_TYPES,
-                    TWRW, DP, Plan, PlanArrays, TablePlan, table_ranks)
+from ..constraints import Limits, unlimited
+from ..plan import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, MIN_CW_DIM, PRECISIONS, RW,
+                    SHARDING_TYPES, TWRW, DP, Plan, PlanArrays, TablePlan, table_ranks)
 from ..workload import RankingModel
 
 NEG = -1e9
@@ -59,35 +60,48 @@ class Masks:
     dense: np.ndarray        # [3]
     k_max: np.ndarray        # [T] largest column-wise shard count
     engines: np.ndarray      # 1.0 where the chip has offload engines
+    shards: np.ndarray       # [T, D + 1] 1.0 where k column-wise shards are allowed (cw_options, constraints)
+    limits: Limits           # the per-table constraints (constraints.Limits; all allowed when none)
+
+    def cw(self, t: int) -> list[int]:
+        """The column-wise shard counts table t may take."""
+        return [int(k) for k in np.flatnonzero(np.asarray(self.shards[t]) > 0)]
 
     @property
     def has_engines(self) -> bool:
         return bool(np.asarray(self.engines) > 0)
 
 
-def cw_options(dim: int, D: int, min_dim: int = 32) -> list[int]:
+def cw_options(dim: int, D: int, min_dim: int = MIN_CW_DIM) -> list[int]:
     """Column-wise shard counts allowed for a table: k | dim, 2 <= k <= D, dim / k >= min_dim."""
     return [k for k in range(2, min(D, dim // min_dim) + 1) if dim % k == 0]
 
 
 def make_masks(system: System, model: RankingModel, precisions=("fp32",), sharding_types=SHARDING_TYPES,
-               dense_modes=DENSE_MODES) -> Masks:
+               dense_modes=DENSE_MODES, limits: Limits | None = None) -> Masks:
+    """The allowed choices: the model's and system's, the search's sharding types and precisions,
+    and the per-table constraints (`limits`, constraints.resolve)."""
     T, D, L = model.tables.count, system.num_chips, system.domain_size
+    limits = limits if limits is not None else unlimited(T, D, D // L)
     dims = np.asarray(model.tables.dim).astype(int)
     seq = np.asarray(model.tables.sequence) > 0
-    types = np.zeros((T, 5), np.float32)
+    types = np.where(np.asarray(limits.types) > 0, 0.0, NEG).astype(np.float32)
     for j, name in enumerate(SHARDING_TYPES):
         if name not in sharding_types:
             types[:, j] = NEG
     k_max = np.ones(T, np.float32)
+    shards = np.zeros((T, D + 1), np.float32)
     for t in range(T):
-        opts = cw_options(int(dims[t]), D)
+        opts = [k for k in cw_options(int(dims[t]), D, int(limits.min_dim[t])) if limits.shards[t, k] > 0]
+        shards[t, opts] = 1.0
         if opts:
             k_max[t] = max(opts)
         else:
             types[t, CW] = NEG
         if D == 1:
             types[t, [CW, RW, TWRW, DP]] = NEG
+        if types[t, CW] < -1:
+            shards[t] = 0.0                    # a type ruled out has no shard counts
         if len(system.levels) == 1 or L == 1:
             types[t, TWRW] = NEG               # with one domain, table_row_wise is row_wise
         if seq[t]:
@@ -101,7 +115,7 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
     if len(system.levels) == 1:
         dense[DENSE_MODES.index("hybrid")] = NEG       # hybrid = fully sharded with one domain
     return Masks(types, algos, prec(precisions), prec(precisions), dense, k_max,
-                 np.float32(1.0 if float(system.offload.engines) > 0 else 0.0))
+                 np.float32(1.0 if float(system.offload.engines) > 0 else 0.0), shards, limits)
 
 
 def init_params(rng: np.random.Generator, system: System, model: RankingModel, restarts: int,
@@ -126,10 +140,10 @@ def soft_arrays(p: SoftParams, masks: Masks, tau) -> PlanArrays:
     offload = jax.nn.sigmoid(p.offload_logit / tau) * masks.engines
     return PlanArrays(
         shard_type=sm(p.type_logits, masks.types),
-        placement=jax.nn.softmax(p.place_logits / tau, axis=-1),
-        domain_placement=jax.nn.softmax(p.domain_logits / tau, axis=-1),
+        placement=sm(p.place_logits, NEG * (1.0 - masks.limits.devices)),
+        domain_placement=sm(p.domain_logits, NEG * (1.0 - masks.limits.domains)),
         cw_shards=1.0 + (masks.k_max - 1.0) * jax.nn.sigmoid(p.cw_logit),
-        cache_ratio=jnp.ones_like(p.cw_logit),
+        cache_ratio=jnp.ones_like(p.cw_logit) * masks.limits.target_cache(),
         dense_mode=sm(p.dense_logits, masks.dense),
         algorithm=sm(p.algo_logits, masks.algos),
         a2a_precision=sm(p.a2a_logits, masks.a2a),
@@ -145,19 +159,20 @@ def round_params(p: SoftParams, masks: Masks, system: System, model: RankingMode
     """The discrete plan nearest a relaxed one: argmax of each choice, top-k devices for column-wise
     shards (k the allowed shard count nearest the relaxed one), rounded bucket and chunk counts."""
     D, L = system.num_chips, system.domain_size
-    dims = np.asarray(model.tables.dim).astype(int)
+    lim = masks.limits
     types = np.argmax(np.asarray(p.type_logits) + masks.types, axis=1)
-    place = np.asarray(p.place_logits)
-    dom = np.argmax(np.asarray(p.domain_logits), axis=1)
+    place = np.asarray(p.place_logits) + NEG * (1.0 - np.asarray(lim.devices))
+    dom = np.argmax(np.asarray(p.domain_logits) + NEG * (1.0 - np.asarray(lim.domains)), axis=1)
+    cache = lim.target_cache()
     k_soft = 1.0 + (masks.k_max - 1.0) * np.asarray(jax.nn.sigmoid(p.cw_logit))
     tables = {}
     for t, name in enumerate(model.tables.names):
         st = int(types[t])
         k = 1
         if st == CW:
-            k = min(cw_options(int(dims[t]), D), key=lambda o: (abs(o - k_soft[t]), o))
+            k = min(masks.cw(t), key=lambda o: (abs(o - k_soft[t]), o))
         ranks = table_ranks(st, place[t], int(dom[t]), k, D, L)
-        tables[name] = TablePlan(SHARDING_TYPES[st], ranks)
+        tables[name] = TablePlan(SHARDING_TYPES[st], ranks, 1.0 if st == DP else round(float(cache[t]), 6))
     algos = np.asarray(p.algo_logits) + masks.algos
     return Plan(
         tables=tables,

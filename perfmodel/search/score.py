@@ -25,6 +25,8 @@ from ..plan import PlanArrays, settings_arrays
 from ..workload import RankingModel
 
 INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
+VIOLATED = 1e15       # seconds: a score floor for plans that break a per-table constraint (constraints.py),
+                      # above any plan over capacity (INFEASIBLE x (1 + memory over) stays below it)
 TIE = 1e-3            # weight of the resource spread in the tie-broken score
 TIE_TAU = 0.02        # temperature of its smooth max, in units of a resource's mean
 EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "small" instance)
@@ -63,30 +65,41 @@ def spread(per_device):
     return xp.sum(xp.where(mean[..., 0] > 0, TIE_TAU * logsumexp(norm / TIE_TAU, axis=-1), 0.0), axis=-1)
 
 
-def scores(system, model, pa, guard=None, tau: float = 0.0):
+def constrained(score, pa, limits):
+    """A score with a plan that breaks the constraints (constraints.Limits; None: none) floored at
+    VIOLATED x (1 + how far it breaks them), so that every plan that keeps them beats it."""
+    if limits is None:
+        return score
+    from ..constraints import violations
+    bad = violations(pa, limits)
+    return xp_of(score).where(bad > 1e-4, VIOLATED * (1.0 + bad), score)
+
+
+def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
     """(score, tie-broken score, Breakdown, resource loads [R, D]) of one plan (a batch in numpy).
     With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
-    per-device sums are one more resource. tau > 0: the smooth evaluation (first-order estimates)."""
+    per-device sums are one more resource; with limits (constraints.Limits), a plan that breaks them
+    scores VIOLATED or more. tau > 0: the smooth evaluation (first-order estimates)."""
     bd, emb = _step_model(system, model, pa, tau)
     per_device = loads(bd, emb)
     over_guard = None
     if guard is not None:
         by_guard = guard.loads(pa, system.domain_size)
         per_device, over_guard = jnp.concatenate([per_device, by_guard[None]]), guard.over(by_guard)
-    score = score_of(bd, over_guard)
+    score = constrained(score_of(bd, over_guard), pa, limits)
     return score, score * (1.0 + TIE * spread(per_device)), bd, per_device
 
 
 @jit(export=True)
-def _score_batch(system, model, batch, guard=None):
-    return jax.vmap(lambda p: scores(system, model, p, guard)[:2])(batch)
+def _score_batch(system, model, batch, guard=None, limits=None):
+    return jax.vmap(lambda p: scores(system, model, p, guard, limits=limits)[:2])(batch)
 
 
 @jit(quick=True, export=True)     # one call per round: quick to compile, under 2 ms a call
-def details(system, model, pa, guard=None):
+def details(system, model, pa, guard=None, limits=None):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
     the score; the Breakdown."""
-    score, tie, bd, per_device = scores(system, model, pa, guard)
+    score, tie, bd, per_device = scores(system, model, pa, guard, limits=limits)
     return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, per_device, score, bd
 
 
@@ -116,13 +129,14 @@ def eager(system: System, model: RankingModel, guard=None) -> bool:
     return guard is None and is_exhaustive(system, model) and not in_program(system, model)
 
 
-def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False) -> np.ndarray:
+def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False,
+                limits=None) -> np.ndarray:
     """[2, n]: the hard and the tie-broken scores of a batch of plans, in chunks padded to one fixed
     size (one compile per problem). eager=True: in numpy, by the same cost functions
     (cost.arrays), with no program to compile; the scores agree with the compiled ones to float32
     rounding."""
     if eager:
-        sc, tie, _, _ = scores(as_numpy(system), as_numpy(model), as_numpy(batch), guard)
+        sc, tie, _, _ = scores(as_numpy(system), as_numpy(model), as_numpy(batch), guard, limits=limits)
         return np.stack([sc, tie]).astype(np.float32)
     size = batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
@@ -133,14 +147,14 @@ def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=No
         if m < size:       # numpy batches padded in numpy: no op-by-op dispatch
             xp = lambda x: np if isinstance(x, np.ndarray) else jnp
             chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
-        out.append(np.stack([np.asarray(x) for x in _score_batch(system, model, chunk, guard)])[:, :m])
+        out.append(np.stack([np.asarray(x) for x in _score_batch(system, model, chunk, guard, limits)])[:, :m])
     return np.concatenate(out, axis=1)
 
 
 def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None,
-                eager: bool = False) -> np.ndarray:
+                eager: bool = False, limits=None) -> np.ndarray:
     """Hard scores of a batch of plans (tie=True: the tie-broken ones): a row of score_pairs."""
-    return score_pairs(system, model, batch, guard, eager)[int(tie)]
+    return score_pairs(system, model, batch, guard, eager, limits)[int(tie)]
 
 
 def in_batches(n: int, size: int, scores_from) -> np.ndarray:
