@@ -13,7 +13,6 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_plan_search.ipynb"
 TARGET_S = 90           # on an idle 2-core machine (search budgets 12 + 3 + 3 s, plus compiling)
-LIMIT_S = 300           # fails only on a gross regression, not on a busy machine
 
 
 def _outputs(nb, kind: str) -> list:
@@ -62,4 +61,3 @@ def test_plan_search_notebook(tmp_path):
         assert needle in md, needle
     assert len(_outputs(nb, "image")) >= 3            # method bars, per-device load/memory, timelines
     assert "chosen plan:" in "".join(_outputs(nb, "stream"))
-    assert wall < LIMIT_S, f"{wall:.0f} s (target {TARGET_S} s)"

@@ -11,8 +11,6 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-TARGET_S = 180          # the target for all notebooks together (on an idle 2-core machine)
-LIMIT_S = 300           # per notebook: fails only on a gross regression, not on a busy machine
 
 
 def execute(name: str, cwd: Path):
@@ -59,7 +57,6 @@ def test_quickstart(tmp_path):
     text = "".join(outputs(nb, "stream"))
     assert "step time" in text and "elasticity" in text and "d step / d x" in text
     assert (tmp_path / "quickstart_step.json").stat().st_size > 1000
-    assert wall < LIMIT_S, f"{wall:.0f} s (target for all notebooks together: {TARGET_S} s)"
 
 
 def test_builtin_nics_and_offload(tmp_path):
@@ -70,4 +67,3 @@ def test_builtin_nics_and_offload(tmp_path):
     md = "\n".join(outputs(nb, "markdown"))
     for needle in ("on MTIA 300 than on the H100 system", "Shapley share: integrated NIC", "all three on", "% of the"):
         assert needle in md, needle
-    assert wall < LIMIT_S, f"{wall:.0f} s (target for all notebooks together: {TARGET_S} s)"
