@@ -293,7 +293,7 @@ def _cmd_plot(args) -> int:
 
 # ------------------------------------------------------------------------------------------ parser
 
-def _add_planning(p, executors: bool = False) -> None:
+def add_planning(p, executors: bool = False) -> None:
     """--plan, --iterations, --seed (and --workers, --ray where points are searched in parallel)."""
     p.add_argument("--plan", help="search (default: a search per system or point), greedy, or a plan JSON (fixed; "
                                   "it must fit every system)")
@@ -304,6 +304,16 @@ def _add_planning(p, executors: bool = False) -> None:
         p.add_argument("--workers", type=int, help="processes searching points in parallel (default: the cores)")
         p.add_argument("--ray", metavar="ADDRESS", help="search points on the Ray cluster at ADDRESS (host:port), or "
                                                         "'local' to start one here (pip install 'perfmodel[distributed]')")
+
+
+def add_problem(p) -> None:
+    """The arguments that name one problem and its plan: --system (and --chips), --model, --chip,
+    then add_planning's."""
+    p.add_argument("--system", required=True, help="system preset or TOML path")
+    add_chips(p)
+    p.add_argument("--model", required=True, help="model preset or TOML path")
+    p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
+    add_planning(p)
 
 
 def register(sub) -> None:
@@ -322,7 +332,7 @@ def register(sub) -> None:
     sw.add_argument("--vary", action="append", metavar="KNOB=VALUES",
                     help="a knob and its values, e.g. scale_out_bandwidth_GBps=25:400:16 (repeat for a grid)")
     sw.add_argument("--paired", action="store_true", help="pair the value lists (equal lengths) instead of a grid")
-    _add_planning(sw, executors=True)
+    add_planning(sw, executors=True)
     sw.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
     sw.add_argument("--plot", help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
     sw.add_argument("--x", help="knob on the plot's x axis (default: the first --vary)")
@@ -339,7 +349,7 @@ def register(sub) -> None:
     sc.add_argument("--model", required=True, help="model preset or TOML path")
     sc.add_argument("--chips", required=True, help="chip counts, e.g. 16,64,256")
     sc.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
-    _add_planning(sc)
+    add_planning(sc)
     sc.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
     sc.add_argument("--json", action="store_true", help="print the table as JSON records")
     sc.set_defaults(func=_cmd_scaling)
@@ -348,11 +358,7 @@ def register(sub) -> None:
         "trace", help="one step as Chrome trace-event JSON (Perfetto, chrome://tracing)",
         description="Write one training step as a Chrome trace: a process per device (a sample when there are "
                     "many), threads for the compute stream, the communication stream and compute idle time.")
-    tr.add_argument("--system", required=True, help="system preset or TOML path")
-    add_chips(tr)
-    tr.add_argument("--model", required=True, help="model preset or TOML path")
-    tr.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    _add_planning(tr)
+    add_problem(tr)
     tr.add_argument("--out", required=True, help="trace JSON to write (never overwritten)")
     tr.add_argument("--devices", help="ranks to show, e.g. 0,7,63 (default: slowest, fastest, evenly spaced)")
     tr.add_argument("--max-devices", type=int, default=8, help="devices shown when sampling (default 8)")
@@ -370,7 +376,7 @@ def register(sub) -> None:
     pl.add_argument("--systems", help="comma-separated systems (breakdown, pareto)")
     pl.add_argument("--system", help="one system (tradeoff, scaling: any size of the family, timeline)")
     pl.add_argument("--chip", help="replace the system's chip (tradeoff, timeline)")
-    _add_planning(pl, executors=True)
+    add_planning(pl, executors=True)
     pl.add_argument("--vary", action="append", metavar="KNOB=VALUES", help="tradeoff knobs (default: "
                     + " ".join(DEFAULT_TRADEOFF) + ")")
     add_chips(pl, help="scaling: a list of chip counts, e.g. 16,64,256; tradeoff and timeline: " + CHIPS_HELP)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from .cli import add_chips, load_system_arg
-from .cli_analysis import _add_planning
+from .cli import load_system_arg
+from .cli_analysis import add_planning, add_problem
 from .config import ConfigError
 
 
@@ -110,11 +110,7 @@ def register(sub) -> None:
                     "plan choices (envelope theorem); discrete ones (sharding, placement) make it the slope of the "
                     "plan's branch. --replan K re-searches at x(1 +- h) for the top K parameters with a knob: where "
                     "the two differ, a plan switch is near and the re-searched figure is the one to trust.")
-    se.add_argument("--system", required=True, help="system preset or TOML path")
-    add_chips(se)
-    se.add_argument("--model", required=True, help="model preset or TOML path")
-    se.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    _add_planning(se)
+    add_problem(se)
     se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
     se.add_argument("--replan", type=int, default=0, metavar="K",
                     help="re-searched central differences for the top K parameters with a sweep knob (2K searches)")
@@ -132,7 +128,7 @@ def register(sub) -> None:
                     "the gap is printed (perfmodel/analysis/attribution.py).")
     co.add_argument("--systems", required=True, help="comma-separated systems, e.g. mtia300-64,h100-64")
     co.add_argument("--model", required=True, help="model preset or TOML path")
-    _add_planning(co)
+    add_planning(co)
     co.add_argument("--attribute", action="store_true", help="attribute the gap between the two systems")
     co.add_argument("--json", action="store_true", help="print the table, the plans (and the attribution) as JSON")
     co.set_defaults(func=_cmd_compare)

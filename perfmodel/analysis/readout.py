@@ -1,30 +1,25 @@
 """Reading a study table's figures in SI units, whatever unit its columns carry.
 
-Sweep and scaling tables name each column with its unit (`step_s`, or `step_ms` in human units);
-the studies that compute with those figures (sensitivity's re-searched finite differences, the
-attribution of a gap) read them here, so a column's unit can change in one place.
+Sweep, scaling and compare tables name each column with its human unit (`step_ms`,
+`memory_max_GB`: sweep.COLUMNS says which column holds which SI figure and by what factor); the
+studies that compute with those figures (sensitivity's re-searched finite differences, compare's
+table and attribution) read them here in SI, so a column's unit changes in sweep.COLUMNS alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .sweep import COLUMNS
 from .table import columns
-
-# SI column -> (column names it may have, SI per unit of each)
-ALIASES = {
-    "step_s": (("step_s", 1.0), ("step_ms", 1e-3)),
-    "samples_per_s": (("samples_per_s", 1.0),),
-    "exposed_comm_s": (("exposed_comm_s", 1.0), ("exposed_comm_ms", 1e-3)),
-    "usd_per_million_samples": (("usd_per_million_samples", 1.0),),
-    "joules_per_sample": (("joules_per_sample", 1.0), ("mJ_per_sample", 1e-3)),
-}
 
 
 def si_column(table, name: str) -> np.ndarray:
-    """The column `name` (an SI name such as step_s) of a study table as float64 in SI units."""
+    """The figure `name` (an SI name such as step_s) of a study table as float64 in SI units."""
     cols = columns(table)
-    for col, scale in ALIASES.get(name, ((name, 1.0),)):
-        if col in cols:
-            return np.asarray(cols[col], np.float64) * scale
+    if name in cols:
+        return np.asarray(cols[name], np.float64)
+    for col, (key, factor) in COLUMNS.items():
+        if key == name and col in cols:
+            return np.asarray(cols[col], np.float64) * (1.0 / factor)
     raise KeyError(f"the table has no column for {name} (columns: {', '.join(cols)})")
