@@ -1,12 +1,22 @@
 """Shared fixtures: presets load once per session; jitted step functions are reused across tests."""
 
 import functools
+import os
+from pathlib import Path
 
 import jax
 import pytest
 
 import perfmodel as pm
 from perfmodel.evaluate import _evaluate
+
+# One compile cache for the run: both xdist workers, the notebooks' kernels and the CLI's subprocesses
+# compile many of the same programs (MLPerf on the 64-chip presets, the validation's collectives), and
+# each then loads what another compiled. A loaded program is the one compiled, so no verdict changes;
+# tests of the cache itself and of a cold process use folders of their own. An environment that sets
+# PERFMODEL_CACHE_DIR (empty: off) keeps its own choice.
+os.environ.setdefault("PERFMODEL_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "perfmodel-jax"))
+pm.enable_compile_cache()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
-"""Searches bounded by iterations, for tests/test_driver.py's reproducibility test: run as a script
-(a fresh process, its compile cache in the folder given) or imported (in the test's own process)."""
+"""Searches bounded by iterations, for tests/test_driver.py's reproducibility test, run as a script in
+a fresh process with its compile cache in the folder given: `reproduce.py CACHE` searches the
+problems; `reproduce.py CACHE --after-another` searches another problem first, so the searches run
+after the process has traced, compiled and searched something else."""
 
 import json
 import sys
@@ -25,4 +27,6 @@ def run() -> dict:
 
 if __name__ == "__main__":
     pm.enable_compile_cache(sys.argv[1])
+    if "--after-another" in sys.argv[2:]:
+        pm.search(*problems()[0][1], seed=9, iterations=40, budget_s=None)
     print(json.dumps(run()))

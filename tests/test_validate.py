@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.xdist_group("validate")      # one worker computes the report the tests share
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")      # once, whatever order the worker runs these in (a module fixture was computed twice in one run)
 def report():
     return val.validate()
 
