@@ -96,13 +96,13 @@ def _at_least_one(value: int, flag: str) -> None:
         raise ConfigError("", flag, f"must be an integer >= 1, got {value}")
 
 
-def _planner(args):
+def planner_of(args):
     """The Planner of --plan, --iterations and --seed."""
     from .analysis.planning import planner
     return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
 
 
-def _where(args) -> dict:
+def executors_of(args) -> dict:
     """executor, workers and ray_address of --workers and --ray, checked before any work."""
     from .analysis import executors
     executors.check_workers(args.workers, "--workers")
@@ -138,8 +138,8 @@ def _cmd_sweep(args) -> int:
         raise ConfigError("", "--x", f"{x!r} is not one of the varied knobs ({', '.join(vary)})")
     if args.plot and knobs.knob(x).choices:
         raise ConfigError("", "--x", f"{x!r} is a choice, not a number; name a numeric knob for the plot's x axis")
-    make = _planner(args)
-    where = _where(args)
+    make = planner_of(args)
+    where = executors_of(args)
     system, model = _load(args)
     t0 = time.perf_counter()
     table = sweep(system, model, vary, plan=make, paired=args.paired, **where)
@@ -173,15 +173,15 @@ def _cmd_sweep(args) -> int:
 SCALING_COLUMNS = ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "plan"]
 
 
-def _scaling_table(args, model, make):
-    """Strong, weak or both scaling tables of --system at --chips, as one table."""
+def _scaling_table(args, model, make, where: dict):
+    """Strong, weak or both scaling tables of --system at --chips, as one table (sizes planned `where`)."""
     import numpy as np
     from .analysis.scaling import scaling
     from .analysis.table import columns, make_table
     _need(args, "chips")
     chips = _ints(args.chips, "--chips", "chip counts")
     modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
-    tables = [columns(scaling(args.system, model, chips, mode=m, plan=make)) for m in modes]
+    tables = [columns(scaling(args.system, model, chips, mode=m, plan=make, **where)) for m in modes]
     return make_table({k: np.concatenate([t[k] for t in tables]) for k in tables[0]})
 
 
@@ -190,9 +190,10 @@ def _cmd_scaling(args) -> int:
     from .analysis.table import format_table, records, save_table
 
     _check_outputs((args.out, "table"))
-    make = _planner(args)
+    make = planner_of(args)
+    where = executors_of(args)
     model = load_model(args.model)
-    table = _scaling_table(args, model, make)
+    table = _scaling_table(args, model, make, where)
     if args.out:
         save_table(table, args.out)
     if args.json:
@@ -225,7 +226,7 @@ def _cmd_trace(args) -> int:
 
     _check_outputs((args.out, "trace"))
     _at_least_one(args.max_devices, "--max-devices")
-    make = _planner(args)
+    make = planner_of(args)
     system, model = _load(args)
     devices = _devices(args, system)
     bd = evaluate(system, model, make(system, model))
@@ -249,8 +250,8 @@ def _cmd_plot(args) -> int:
     from .analysis.scaling import compare, evaluate_systems
 
     kind = args.kind
-    make = _planner(args)
-    where = _where(args)
+    make = planner_of(args)
+    where = executors_of(args)
     model = load_model(args.model)
     if kind in ("breakdown", "pareto"):
         _need(args, "systems")
@@ -260,7 +261,7 @@ def _cmd_plot(args) -> int:
         names = [s.strip() for s in args.systems.split(",") if s.strip()]
         if not names:
             raise ConfigError("", "--systems", f"{args.systems!r} lists no system; give names, e.g. mtia300-64,h100-64")
-        bds = evaluate_systems(names, model, plan=make)
+        bds = evaluate_systems(names, model, plan=make, **where)
         if kind == "breakdown":
             ax = plots.breakdown(bds, title=f"{model.name}: where the step goes (slowest device; plan: {make.label})")
         else:
@@ -277,7 +278,7 @@ def _cmd_plot(args) -> int:
             table = sweep(system, model, vary, plan=make, **where)
             ax = plots.tradeoff(table, title=f"{model.name} on {system.name}: step time vs scale-out NIC bandwidth")
         elif kind == "scaling":
-            ax = plots.scaling(_scaling_table(args, model, make),
+            ax = plots.scaling(_scaling_table(args, model, make, where),
                                title=f"{model.name} on {args.system.rsplit('-', 1)[0]}: scaling")
         else:  # timeline
             from . import evaluate
@@ -349,7 +350,7 @@ def register(sub) -> None:
     sc.add_argument("--model", required=True, help="model preset or TOML path")
     sc.add_argument("--chips", required=True, help="chip counts, e.g. 16,64,256")
     sc.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
-    add_planning(sc)
+    add_planning(sc, executors=True)
     sc.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
     sc.add_argument("--json", action="store_true", help="print the table as JSON records")
     sc.set_defaults(func=_cmd_scaling)

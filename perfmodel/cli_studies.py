@@ -7,13 +7,8 @@ from __future__ import annotations
 import json
 
 from .cli import load_system_arg
-from .cli_analysis import add_planning, add_problem
+from .cli_analysis import add_planning, add_problem, executors_of, planner_of
 from .config import ConfigError
-
-
-def _planner(args):
-    from .analysis.planning import planner
-    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
 
 
 # ------------------------------------------------------------------------------------------ sensitivity
@@ -27,7 +22,7 @@ def _cmd_sensitivity(args) -> int:
         raise ConfigError("", "--replan", f"must be an integer >= 0 (parameters to re-search), got {args.replan}")
     system = load_system_arg(args)
     model = load_model(args.model)
-    make = _planner(args)
+    make = planner_of(args)
     table = sensitivity(system, model, make, metric=args.metric, replan=args.replan, h=args.h)
     if args.json:
         print(json.dumps({"system": system.name, "model": model.name, "metric": args.metric, "plan": make.label,
@@ -50,6 +45,7 @@ COMPARE_COLUMNS = (  # (header, SI column, scale to the unit shown, format)
 
 def _cmd_compare(args) -> int:
     from . import evaluate, load_model, load_system
+    from .analysis import planning
     from .analysis.attribution import attribute
     from .analysis.readout import si_column
     from .analysis.scaling import compare
@@ -61,16 +57,17 @@ def _cmd_compare(args) -> int:
     if args.attribute and len(names) != 2:
         raise ConfigError("", "--attribute", f"attributes the gap between two systems; --systems lists {len(names)}")
     model = load_model(args.model)
-    make = _planner(args)
+    make = planner_of(args)
+    where = executors_of(args)
     systems = [load_system(n) for n in names]
-    plans = {s.name: make(s, model) for s in systems}
+    plans = dict(zip((s.name for s in systems), planning.plans(make, [(s, model) for s in systems], **where)))
     table = compare(systems, model, plan=make, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
     c = columns(table)
     att = None
     if args.attribute:   # the slower system gets the faster one's features
         steps = dict(zip(c["system"], si_column(table, "step_s")))
         slow, fast = sorted(systems, key=lambda s: -steps[s.name])
-        att = attribute(slow, fast, model, plan=make)
+        att = attribute(slow, fast, model, plan=make, **where)
     if args.json:
         out = {"model": model.name, "plan": make.label,
                "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
@@ -128,7 +125,7 @@ def register(sub) -> None:
                     "the gap is printed (perfmodel/analysis/attribution.py).")
     co.add_argument("--systems", required=True, help="comma-separated systems, e.g. mtia300-64,h100-64")
     co.add_argument("--model", required=True, help="model preset or TOML path")
-    add_planning(co)
+    add_planning(co, executors=True)
     co.add_argument("--attribute", action="store_true", help="attribute the gap between the two systems")
     co.add_argument("--json", action="store_true", help="print the table, the plans (and the attribution) as JSON")
     co.set_defaults(func=_cmd_compare)

@@ -79,21 +79,40 @@ def problem(point: dict, model):
 
 
 class Points:
-    """Each point's searched plan and evaluation, once per run (figures share points), and its record."""
+    """Each point's searched plan and evaluation, once per run (figures share points), and its record.
+    `plan_all` makes the plans of many points at once on an executor (the searches are independent);
+    a point asked for later is planned here."""
 
-    def __init__(self, model, make):
+    def __init__(self, model, make, executor=None, workers: int | None = None):
         self.model, self.make, self.done = model, make, {}
+        self.where = dict(executor=executor, workers=workers)
+
+    @staticmethod
+    def _key(system: str, knobs: dict | None = None, global_batch: float | None = None):
+        return system, tuple(sorted((knobs or {}).items())), global_batch
+
+    def plan_all(self, keys) -> None:
+        """Plan and evaluate every point of `keys` ((system, knobs, global_batch)) not yet done."""
+        from .analysis.planning import plans
+        todo = {self._key(*k): k for k in keys if self._key(*k) not in self.done}
+        points = [{"system": system, "knobs": dict(knobs or {}), "global_batch": batch}
+                  for system, knobs, batch in todo.values()]
+        problems = [problem(p, self.model) for p in points]
+        for key, point, sm, plan in zip(todo, points, problems, plans(self.make, problems, **self.where)):
+            self._record(key, point, *sm, plan)
+
+    def _record(self, key, point, s, m, plan) -> None:
+        from . import evaluate
+        bd = evaluate(s, m, plan)
+        self.done[key] = (bd, dict(point, chips=s.num_chips, plan=plan.to_dict(), values=numbers(bd, s)))
 
     def __call__(self, system: str, knobs: dict | None = None, global_batch: float | None = None):
         """(Breakdown, record) of the preset `system` with `knobs` set and the global batch given."""
-        from . import evaluate
-        key = (system, tuple(sorted((knobs or {}).items())), global_batch)
+        key = self._key(system, knobs, global_batch)
         if key not in self.done:
             point = {"system": system, "knobs": dict(knobs or {}), "global_batch": global_batch}
             s, m = problem(point, self.model)
-            plan = self.make(s, m)
-            bd = evaluate(s, m, plan)
-            self.done[key] = (bd, dict(point, chips=s.num_chips, plan=plan.to_dict(), values=numbers(bd, s)))
+            self._record(key, point, s, m, self.make(s, m))
         return self.done[key]
 
 
@@ -116,6 +135,48 @@ def _table(rows: list[dict], keys: list[str]):
 
 
 # ------------------------------------------------------------------------------------------ figures
+# Each figure's points ((system, knobs, global_batch)) come from one function, which the figure
+# draws from and main plans ahead of drawing, all figures' points at once.
+
+def _attribution_points(model) -> list[tuple]:
+    from . import load_system
+    from .analysis.attribution import combinations, default_factors
+    sys_name, ref_name = ATTRIBUTION
+    factors = default_factors(load_system(sys_name), load_system(ref_name), model)
+    return [(sys_name, knobs, None) for _, knobs in combinations(factors)] + [(ref_name, None, None)]
+
+
+def _tradeoff_panels() -> list[tuple]:
+    """(system, extra knobs, title) of each panel."""
+    return [("h100-64", {}, "h100-64 (NVLink scale-up; one NIC per GPU)"),
+            ("mtia300-64", {"pcie_bandwidth_GBps": MTIA_PCIE_GBPS},
+             f"mtia300-64 (NICs carry scale-up too; PCIe case: {MTIA_PCIE_GBPS} GB/s of PCIe)")]
+
+
+def _tradeoff_knobs(extra: dict) -> list[dict]:
+    import itertools
+    return [dict(zip(TRADEOFF, values), **extra) for values in itertools.product(*TRADEOFF.values())]
+
+
+def _scaling_batch(model, mode: str, n: int) -> float | None:
+    """The global batch of a scaling point (None: the model's own)."""
+    b0 = float(model.global_batch)
+    batch = None if mode == "strong" else round(b0 * n / SCALING_CHIPS[0])
+    return None if batch == b0 else batch
+
+
+def points(name: str, model) -> list[tuple]:
+    """The points ((system, knobs, global_batch)) figure `name` draws."""
+    if name in ("breakdown", "pareto", "timeline"):
+        return [(s, None, None) for s in {"breakdown": SYSTEMS, "pareto": PARETO_SYSTEMS,
+                                          "timeline": ("mtia300-64", "h100-64")}[name]]
+    if name == "attribution":
+        return _attribution_points(model)
+    if name == "tradeoff":
+        return [(s, k, None) for s, extra, _ in _tradeoff_panels() for k in _tradeoff_knobs(extra)]
+    return [(f"{fam}-{n}", None, _scaling_batch(model, mode, n)) for fam in ("mtia300", "h100")
+            for mode in ("strong", "weak") for n in SCALING_CHIPS]
+
 
 def breakdown(out: Path, pts: Points):
     from . import plots
@@ -155,17 +216,12 @@ def plots_save(fig, path: Path) -> None:
 
 
 def tradeoff(out: Path, pts: Points):
-    import itertools
     from . import plots
     fig, axes = _fig(1, 2, (13, 4.8))
     records = []
-    for ax, name, extra, title in (
-            (axes[0, 0], "h100-64", {}, "h100-64 (NVLink scale-up; one NIC per GPU)"),
-            (axes[0, 1], "mtia300-64", {"pcie_bandwidth_GBps": MTIA_PCIE_GBPS},
-             f"mtia300-64 (NICs carry scale-up too; PCIe case: {MTIA_PCIE_GBPS} GB/s of PCIe)")):
+    for ax, (name, extra, title) in zip(axes[0], _tradeoff_panels()):
         rows = []
-        for values in itertools.product(*TRADEOFF.values()):
-            knobs = dict(zip(TRADEOFF, values), **extra)
+        for knobs in _tradeoff_knobs(extra):
             _, rec = pts(name, knobs)
             records.append(rec)
             rows.append(dict(knobs, step_ms=rec["values"]["step_s"] * 1e3, feasible=bool(rec["values"]["feasible"])))
@@ -193,14 +249,12 @@ def scaling(out: Path, pts: Points):
     from . import plots
     fig, axes = _fig(1, 2, (13, 4.8))
     records, series = [], {}
-    b0 = float(pts.model.global_batch)
     for ax, fam in zip(axes[0], ("mtia300", "h100")):
         rows = []
         for mode in ("strong", "weak"):
             mine = []
             for n in SCALING_CHIPS:
-                batch = None if mode == "strong" else round(b0 * n / SCALING_CHIPS[0])
-                _, rec = pts(f"{fam}-{n}", global_batch=None if batch == b0 else batch)
+                _, rec = pts(f"{fam}-{n}", global_batch=_scaling_batch(pts.model, mode, n))
                 records.append(rec)
                 mine.append(dict(chips=n, mode=mode, samples_per_s=rec["values"]["samples_per_s"]))
             thr0 = mine[0]["samples_per_s"]
@@ -237,6 +291,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", help="where to write the PNGs and their JSON (created if missing)")
     ap.add_argument("--only", help="comma-separated subset of: " + ", ".join(FIGURES))
+    ap.add_argument("--workers", type=int, help="processes searching the points in parallel (default: the cores)")
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
@@ -251,7 +306,10 @@ def main(argv=None) -> int:
     enable_compile_cache()
     out = Path(args.folder)
     out.mkdir(parents=True, exist_ok=True)
-    pts = Points(load_model(MODEL), planner("search", seed=0))
+    pts = Points(load_model(MODEL), planner("search", seed=0), workers=args.workers)
+    t = time.perf_counter()
+    pts.plan_all([k for n in names for k in points(n, pts.model)])
+    print(f"searched {len(pts.done)} points ({time.perf_counter() - t:.1f} s)", flush=True)
     for n in names:
         t = time.perf_counter()
         FIGURES[n](out, pts)

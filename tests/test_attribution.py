@@ -2,6 +2,7 @@
 from the presets."""
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -50,7 +51,8 @@ def test_two_factor_attribution_adds_up(small):
     factors = {"integrated NIC": {"nic_attach_pcie": 0}, "message engines": {"offload_engines": 16}}
     both = moved(h100, small, {"nic_attach_pcie": 0, "offload_engines": 16})[0]
     make = pm.planner("search", iterations=6)
-    a = attribute(h100, both, small, factors, plan=make)
+    with ThreadPoolExecutor(2) as pool:          # the plans made on an executor: the same as made here
+        a = attribute(h100, both, small, factors, plan=make, executor=pool)
     assert a.plan == make.label and set(a.steps_s) == {S for S, _ in combinations(factors)}
     for S, kv in combinations(factors):          # each combination is the searched plan's step on that hardware
         s, m = moved(h100, small, kv)

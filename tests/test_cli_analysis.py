@@ -114,7 +114,7 @@ def test_trace_cli(tmp_path, plans):
 
 
 def test_plot_cli(tmp_path, plans):
-    for i, (kind, extra) in enumerate((("breakdown", ["--systems", "h100-8,mtia300-16", "--plan", "greedy"]),
+    for i, (kind, extra) in enumerate((("breakdown", ["--systems", "h100-8,mtia300-16", "--plan", "greedy", "--workers", "1"]),
                         ("breakdown", ["--systems", "mtia300-16", "--plan", plans["mtia300-16"]]),
                         ("timeline", ["--system", "mtia300-16", "--plan", plans["mtia300-16"], "--max-devices", "2"]),
                         ("tradeoff", ["--system", "h100-8", "--vary", "scale_out_bandwidth_GBps=25,50,100",
@@ -136,7 +136,7 @@ def test_plot_cli(tmp_path, plans):
 def test_scaling_cli(tmp_path):
     out = tmp_path / "scaling.csv"
     code, stdout, err = run(["scaling", "--system", "h100-8", "--model", "dlrm-small", "--chips", "8,16",
-                             "--mode", "weak", "--plan", "greedy", "--out", str(out)])
+                             "--mode", "weak", "--plan", "greedy", "--workers", "1", "--out", str(out)])
     assert code == 0, err
     head, cols, *rows = stdout.splitlines()[:4]
     assert "plan: greedy per size" in head

@@ -11,7 +11,7 @@ from perfmodel.analysis.attribution import attribute
 from test_cli_analysis import one_error_line, run
 
 SMALL = ["--system", "h100-8", "--model", "dlrm-small"]
-PAIR = ["--systems", "mtia300-16,h100-8", "--model", "dlrm-small", "--plan", "greedy"]
+PAIR = ["--systems", "mtia300-16,h100-8", "--model", "dlrm-small", "--plan", "greedy", "--workers", "1"]
 
 
 def test_compare_table_json_and_attribution():
@@ -33,7 +33,7 @@ def test_compare_table_json_and_attribution():
     slow = max(data["systems"], key=lambda r: r["step_ms"])["system"]
     assert att["system"] == slow and len(att["combinations"]) == 2 ** len(att["factors"])
     assert sum(att["shares_s"].values()) + att["rest_s"] == pytest_approx(att["gap_s"])
-    ref = attribute(slow, "mtia300-16" if slow == "h100-8" else "h100-8", "dlrm-small", plan="greedy")
+    ref = attribute(slow, "mtia300-16" if slow == "h100-8" else "h100-8", "dlrm-small", plan="greedy", executor="serial")
     assert att["shares_s"] == pytest_approx(ref.shares_s)
 
 

@@ -179,8 +179,8 @@ def test_sweep_and_tradeoff_plots(mtia64, small, tmp_path):
 
 def test_scaling_and_pareto_plots(small, tmp_path):
     rr = lambda s, m: round_robin(s, m)
-    strong = scaling("h100-8", small, [8, 16], mode="strong", plan=rr)
-    weak = scaling("h100-8", small, [8, 16], mode="weak", plan=rr)
+    strong = scaling("h100-8", small, [8, 16], mode="strong", plan=rr, executor="serial")
+    weak = scaling("h100-8", small, [8, 16], mode="weak", plan=rr, executor="serial")
     from perfmodel.analysis.table import columns, make_table
     s, w = columns(strong), columns(weak)
     assert list(s["chips"]) == [8, 16] and s["efficiency"][0] == pytest.approx(1.0)
@@ -189,7 +189,7 @@ def test_scaling_and_pareto_plots(small, tmp_path):
     both = make_table({k: np.concatenate([s[k], w[k]]) for k in s})
     plots.save_figure(plots.scaling(both), tmp_path / "s.png")
     _png(tmp_path / "s.png")
-    c = columns(compare(["h100-8", "mtia300-16"], small, plan=rr))
+    c = columns(compare(["h100-8", "mtia300-16"], small, plan=rr, executor="serial"))
     assert list(c["system"]) == ["h100-8", "mtia300-16"]
     assert np.allclose(c["power_W"], c["joules_per_sample"] * c["samples_per_s"])
     assert list(plots.pareto_front(np.asarray([1.0, 2.0, 3.0]), np.asarray([1.0, 3.0, 2.0]))) == [True, True, False]

@@ -39,7 +39,7 @@ from ..evaluate import as_model, as_system, evaluate
 from ..hardware import System
 from ..workload import RankingModel
 from . import knobs as K
-from .planning import planner
+from .planning import planner, plans
 
 
 def shapley(value: Mapping[frozenset, float], players) -> dict:
@@ -166,13 +166,16 @@ class Attribution:
 
 
 def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float]] | None = None, *,
-              plan="search", iterations: int | None = None, seed: int = 0, reference_plan=None) -> Attribution:
+              plan="search", iterations: int | None = None, seed: int = 0, reference_plan=None,
+              executor=None, workers: int | None = None, ray_address: str | None = None) -> Attribution:
     """The step-time gap between `system` and `reference` split into factor shares (see the module doc).
 
     system, reference: Systems or preset names/paths (the factors move `system` towards `reference`);
     factors: {name: {knob: value}} (default: default_factors); plan, iterations, seed: the planner
     used at every combination (analysis.planning; searched by default); reference_plan: the
-    reference's (default: the same planner; give one where `plan` is a plan fixed for `system`).
+    reference's (default: the same planner; give one where `plan` is a plan fixed for `system`);
+    executor, workers, ray_address: where the 2^k + 1 plans are made (planning.plans: a local process
+    pool by default); the shares do not depend on where.
     """
     system, reference, model = as_system(system), as_system(reference), as_model(model)
     make = planner(plan, iterations=iterations, seed=seed)
@@ -191,12 +194,16 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     K.check_applies(knobs, state)
     base = {k: K.knob(k).decode(K.knob(k).encode(K.knob(k).get(state))) for k in knobs}
     names = list(factors)
-    steps_s = {}
-    for S, kv in combinations(factors):      # each combination its own plan (the hardware differs)
-        s, m = moved(system, model, kv)
-        steps_s[S] = float(evaluate(s, m, make(s, m)).step_s)
+    combos = combinations(factors)
+    points = [moved(system, model, kv) for _, kv in combos]       # each combination its own plan
     ref_make = make if reference_plan is None else planner(reference_plan, iterations=iterations, seed=seed)
-    ref_step = float(evaluate(reference, model, ref_make(reference, model)).step_s)
+    if ref_make is make:                  # the reference's plan is made beside the combinations'
+        *found, ref_plan = plans(make, points + [(reference, model)], executor, workers, ray_address)
+    else:
+        found = plans(make, points, executor, workers, ray_address)
+        ref_plan = ref_make(reference, model)
+    steps_s = {S: float(evaluate(s, m, p).step_s) for (S, _), (s, m), p in zip(combos, points, found)}
+    ref_step = float(evaluate(reference, model, ref_plan).step_s)
     worth = {S: -t for S, t in steps_s.items()}          # a factor's worth: the step time it saves
     shares = shapley(worth, names)
     return Attribution(system.name, reference.name, model.name, make.label,

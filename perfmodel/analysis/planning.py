@@ -133,6 +133,22 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> P
                       "callable (system, model) -> Plan")
 
 
+def _plan_job(make: Planner, system: System, model: RankingModel) -> Plan:
+    """make(system, model): a module-level function, so worker processes and Ray tasks can run it."""
+    return make(system, model)
+
+
+def plans(make: Planner, problems, executor=None, workers: int | None = None, ray_address: str | None = None) -> list[Plan]:
+    """[make(system, model) for system, model in problems], each problem planned on `executor`
+    (executors.run: a local process pool by default, "serial", "ray" or an Executor), in order. A
+    planner that depends on the hardware runs once per problem; a fixed plan is checked here."""
+    from . import executors
+    problems = list(problems)
+    if not make.per_point:
+        return [make(s, m) for s, m in problems]
+    return executors.run(_plan_job, [(make, s, m) for s, m in problems], executor, workers, ray_address)
+
+
 def plan_for(system: System, model: RankingModel, plan="search", *, iterations: int | None = None,
              seed: int = 0) -> tuple[Plan, str]:
     """(the plan for this system and model, its label)."""

@@ -20,40 +20,43 @@ from ..evaluate import Breakdown, as_model, as_system, evaluate
 from ..hardware import System, load_system
 from ..schema import MAX_CHIPS
 from ..workload import RankingModel
+from .planning import planner, plans
 from .table import make_table
 
 MODES = ("strong", "weak")
 
 
 def _make(plan, iterations, seed):
-    from .planning import planner
     return planner(plan, iterations=iterations, seed=seed)
 
 
 def evaluate_systems(systems: Sequence, model: RankingModel, plan="search", *, iterations: int | None = None,
-                     seed: int = 0) -> dict[str, Breakdown]:
+                     seed: int = 0, executor=None, workers: int | None = None,
+                     ray_address: str | None = None) -> dict[str, Breakdown]:
     """{system name: Breakdown} of `model` on each system (names or Systems), each with the plan
-    `plan` makes for it (planning.planner: a search per system by default). A fixed plan that does
-    not fit a system is a ConfigError naming the system."""
+    `plan` makes for it (planning.planner: a search per system by default), the plans made on
+    `executor` (planning.plans: a local process pool by default). A fixed plan that does not fit a
+    system is a ConfigError naming the system."""
     make = _make(plan, iterations, seed)
     model = as_model(model)
     if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
         raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
-    out = {}
-    for s in systems:
-        system = as_system(s)
-        out[system.name] = evaluate(system, model, make(system, model))
-    return out
+    systems = [as_system(s) for s in systems]
+    found = plans(make, [(s, model) for s in systems], executor, workers, ray_address)
+    return {s.name: evaluate(s, model, p) for s, p in zip(systems, found)}
 
 
 def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: dict[str, Breakdown] | None = None,
-            *, iterations: int | None = None, seed: int = 0):
+            *, iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
+            ray_address: str | None = None):
     """One row per system (or per entry of `breakdowns`, if given; `plan` then names how they were
     planned): chips, step_ms, samples_per_s, exposed_comm_ms, mfu, feasible, usd_per_million_samples,
-    joules_per_sample, power_W (all hosts, = joules/sample x samples/s) and plan (its label)."""
+    joules_per_sample, power_W (all hosts, = joules/sample x samples/s) and plan (its label);
+    executor, workers, ray_address: as evaluate_systems."""
     label = _make(plan, iterations, seed).label
-    bds = breakdowns if breakdowns is not None else evaluate_systems(systems, model, plan, iterations=iterations,
-                                                                     seed=seed)
+    bds = breakdowns if breakdowns is not None else evaluate_systems(
+        systems, model, plan, iterations=iterations, seed=seed, executor=executor, workers=workers,
+        ray_address=ray_address)
     if not bds:
         raise ConfigError("", "breakdowns", "is empty: give at least one system's Breakdown")
     rows = []
@@ -69,14 +72,16 @@ def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: d
 
 
 def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong", plan="search", *,
-            iterations: int | None = None, seed: int = 0):
+            iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
+            ray_address: str | None = None):
     """Throughput and scaling efficiency of `model` on `system`'s family at each chip count: one row
     per size with chips, mode, global_batch, step_ms, samples_per_s, exposed_comm_ms, feasible,
     speedup, efficiency and plan.
 
     system: a preset name (`mtia300-64`) or a System loaded from one; each size loads the family at
     that size. mode: strong (fixed global batch) or weak (global batch x N / N0). plan, iterations,
-    seed: as planning.planner (a search per size by default: each size gets the plan it wants).
+    seed: as planning.planner (a search per size by default: each size gets the plan it wants);
+    executor, workers, ray_address: where the sizes are planned (planning.plans).
     """
     if mode not in MODES:
         raise ConfigError("", "mode", f"is {mode!r}; allowed: {', '.join(MODES)}")
@@ -90,12 +95,11 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     make = _make(plan, iterations, seed)
     n0 = chips[0]
     b0 = float(model.global_batch)
+    points = [(load_system(name, chips=n), model if mode == "strong" else dataclasses.replace(
+        model, global_batch=jnp.asarray(round(b0 * n / n0), jnp.float32))) for n in chips]
     rows = []
-    for n in chips:
-        s = load_system(name, chips=n)
-        m = model if mode == "strong" else dataclasses.replace(
-            model, global_batch=jnp.asarray(round(b0 * n / n0), jnp.float32))
-        bd = evaluate(s, m, make(s, m))
+    for n, (s, m), p in zip(chips, points, plans(make, points, executor, workers, ray_address)):
+        bd = evaluate(s, m, p)
         rows.append(dict(chips=n, mode=mode, global_batch=float(m.global_batch), step_ms=float(bd.step_s) * 1e3,
                          samples_per_s=float(bd.samples_per_s), exposed_comm_ms=float(bd.exposed_comm_s) * 1e3,
                          feasible=bool(bd.feasible)))
