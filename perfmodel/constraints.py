@@ -281,7 +281,7 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
     src = src or c.source
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     index = {n: i for i, n in enumerate(names)}
     check_tables(c, model.tables)
     lim = unlimited(T, D, H)

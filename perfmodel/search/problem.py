@@ -56,7 +56,7 @@ class Problem:
         system, model = self.system, self.model
         T, D = model.tables.count, system.num_chips
         put = lambda k, v: object.__setattr__(self, k, v)
-        put("T", T), put("D", D), put("L", system.domain_size), put("H", D // system.domain_size)
+        put("T", T), put("D", D), put("L", system.domain_size), put("H", system.num_domains)
         put("max_batch", self.max_batch or sc.batch_size(system, model))
         put("exhaustive", sc.is_exhaustive(system, model))
         put("in_program", sc.in_program(system, model))
