@@ -402,7 +402,8 @@ def _chip_count(chips) -> int | None:
 
 def load_system(name_or_path: str | Path, *, chips: int | None = None,
                 chip: str | Path | None = None) -> System:
-    """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`) or a TOML path.
+    """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`), a family name with `chips`
+(`mtia300`, chips=40), or a TOML path.
 
     `chips` overrides the chip count; `chip` replaces the chip (a preset name or a chip TOML, e.g.
     one written by calibration).
@@ -417,9 +418,12 @@ def load_system(name_or_path: str | Path, *, chips: int | None = None,
     else:
         match = _SYSTEM_NAME.match(text)
         families = preset_names("systems")
+        if count is not None and text in families:         # a family name with its size given apart
+            match = {"family": text, "n": str(count)}
         if not match or match["family"] not in families:
             known = ", ".join(f"{f}-<N>" for f in families)
-            raise ConfigError("", "system", f"unknown system {text!r}; known: {known} (see `perfmodel list`)")
+            sized = " (or a family name with chips, e.g. --chips 40)" if text in families else ""
+            raise ConfigError("", "system", f"unknown system {text!r}; known: {known}{sized} (see `perfmodel list`)")
         path = preset_path("systems", match["family"])
         if count is None:
             n = int(match["n"])
