@@ -128,13 +128,16 @@ class ShardCosts:
         return np.stack([ok(self.dp).all(1), ok(self.tw), ok(self.cw).any(1), ok(self.rw).all(1),
                          ok(self.twrw).all(1)], axis=1)
 
-    def loads(self, pa, domain_sizes: tuple[int, ...]) -> jax.Array:
-        """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`. A partial
-        last domain's devices hold L / L' times a full domain's table-row-wise share: their cost is
-        the full domain's first L' devices' scaled by that much (assumed: the cost grows with the
+    def loads(self, pa, domain_sizes: int | tuple[int, ...]) -> jax.Array:
+        """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`, on domains
+        of `domain_sizes` devices (a number: all equal; System.domain_sizes). A partial last
+        domain's devices hold L / L' times a full domain's table-row-wise share: their cost is the
+        full domain's first L' devices' scaled by that much (assumed: the cost grows with the
         shard)."""
         S = pa.shard_type
         D = pa.placement.shape[1]
+        if isinstance(domain_sizes, int):
+            domain_sizes = (domain_sizes,) * (D // domain_sizes)
         k = jnp.clip(jnp.round(pa.cw_shards).astype(jnp.int32), 0, self.cw.shape[1] - 1)
         cw = jnp.take_along_axis(self.cw, k[:, None], axis=1)[:, 0]
         held = pa.placement * pa.cw_shards[:, None]           # 1 on each device holding a table- or column-wise shard
