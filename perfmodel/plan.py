@@ -295,7 +295,8 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
 
     Each table gets a uniform sharding type; table_wise a uniform rank; column_wise two shards on
     two distinct uniform ranks; table_row_wise a uniform domain. Dense mode, algorithms, precisions,
-    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too. Not memory-checked.
+    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too (a partial system's
+    hybrid draws are fully sharded). Not memory-checked.
     """
     T, D, L = model.tables.count, system.num_chips, system.domain_size
     H = system.num_domains
@@ -321,9 +322,13 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
         pick = allowed[jax.random.randint(ks[4 + c], (n,), 0, len(allowed))]
         algo_choice.append(jax.nn.one_hot(pick, 4))
     cat = lambda k, m: jax.nn.one_hot(jax.random.randint(k, (n,), 0, m), m)
+    dense = cat(ks[8], 3)
+    if system.partial:                 # no hybrid on unequal domains (validate_plan): fully sharded
+        hyb, fsdp = DENSE_MODES.index("hybrid"), DENSE_MODES.index("fully_sharded")
+        dense = dense.at[:, fsdp].add(dense[:, hyb]).at[:, hyb].set(0.0)
     return PlanArrays(
         shard_type=jax.nn.one_hot(st, 5), placement=placement, domain_placement=jax.nn.one_hot(dom, H),
-        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)), dense_mode=cat(ks[8], 3),
+        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)), dense_mode=dense,
         algorithm=jnp.stack(algo_choice, axis=1), a2a_precision=cat(ks[9], 3), grad_precision=cat(ks[10], 3),
         offload=jax.random.bernoulli(ks[11], 0.5, (n,)).astype(jnp.float32),
         pipeline=jax.random.bernoulli(ks[0], 0.5, (n,)).astype(jnp.float32),

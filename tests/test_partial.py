@@ -2,6 +2,7 @@
 4): the traffic and shares by hand, what a plan may do there, and how throughput scales. Every cost
 here is the numpy evaluation (cost.arrays): nothing is compiled."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ from perfmodel.cost.arrays import as_numpy
 from perfmodel.cost.collectives.network import partial_crowding
 from perfmodel.cost.embedding import embedding_costs
 from perfmodel.evaluate import _step_model
-from perfmodel.plan import Plan, TablePlan, plan_arrays, stack
+from perfmodel.plan import DENSE_MODES, Plan, TablePlan, plan_arrays, stack
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +119,18 @@ def test_torchrec_export_of_a_partial_system(h100_12, small):
     assert out["plan"]["sparse_arch.embedding_bag_collection"]["c7"]["shards"][11]["placement"] == "rank:11/cuda:3"
     with pytest.raises(ConfigError, match=r"tables\.c6\.sharding_type.*no TorchRec form on h100-12.*holds 4"):
         pm.torchrec_plan(on(h100_12, small, c6=TablePlan("table_row_wise", list(range(8)))), h100_12, small)
+
+
+def test_traces_of_a_partial_system_are_valid_and_add_up(h100_12, small):
+    """Random plans on h100-12 (the numpy evaluation, a batch of 3): each plan's trace passes the
+    checks every trace does (test_plots_trace.check_trace), a device of the node of 4 among them."""
+    from perfmodel.trace import chrome_trace
+    from test_plots_trace import check_trace
+    N = 3
+    plans = as_numpy(pm.random_plans(jax.random.PRNGKey(5), h100_12, small, N))
+    assert not np.asarray(plans.dense_mode)[:, DENSE_MODES.index("hybrid")].any()
+    bds, _ = _step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
+    for i in range(N):
+        bd = jax.tree_util.tree_map(lambda x: np.asarray(x)[i] if np.ndim(x) and np.shape(x)[0] == N else x, bds)
+        tr = chrome_trace(bd, small, devices=[0, 9, 11])
+        check_trace(tr, bd, h100_12)
