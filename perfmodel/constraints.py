@@ -324,7 +324,7 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
                 raise err("ranks", f"rank {bad[0]} does not exist: system {system.name} has ranks 0..{D - 1}")
             lim.devices[t] = 0.0
             lim.devices[t, list(tc.ranks)] = 1.0
-            whole = lim.devices[t].reshape(H, L).min(axis=1)
+            whole = np.minimum.reduceat(lim.devices[t], np.arange(0, D, L))   # domains all of whose ranks it may use
             lim.domains[t] = whole
             if len(tc.ranks) < D:
                 for j in (RW, DP):

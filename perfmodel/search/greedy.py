@@ -121,6 +121,8 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
 
     def domain(i):                    # the least-used scale-up domain table i may take (per device)
         doms = np.flatnonzero(lim.domains[i] > 0)
+        fits = doms[size[i] / sizes[doms] <= 0.5 * budget]     # a partial domain's devices hold more of it
+        doms = fits if fits.size else doms
         per_device = (np.add.reduceat(used, np.arange(0, D, L)) / sizes if system.partial
                       else used.reshape(-1, L).sum(1))
         h = int(doms[np.argmin(per_device[doms])])
