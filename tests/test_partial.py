@@ -134,3 +134,26 @@ def test_traces_of_a_partial_system_are_valid_and_add_up(h100_12, small):
         bd = jax.tree_util.tree_map(lambda x: np.asarray(x)[i] if np.ndim(x) and np.shape(x)[0] == N else x, bds)
         tr = chrome_trace(bd, small, devices=[0, 9, 11])
         check_trace(tr, bd, h100_12)
+
+
+def test_a_partial_systems_collectives_are_the_full_shapes_crowded():
+    """mtia300-40's collectives have mtia300-48's shape (the same latencies) with the crowding of
+    test_crowding_of_the_partial_domain_by_hand on their bytes: a direct all-gather on the engines
+    (no reduction) takes 1.2 x the full shape's bytes time at every level; a ring's rack level stays
+    as it is and its scale-out level doubles; the engines' tree keeps its 2 S at every level."""
+    from perfmodel.cost import collectives as coll
+    from perfmodel.cost.collectives.algorithms import DIRECT, RING, TREE, table
+    from perfmodel.cost.collectives.network import shape
+    from perfmodel.cost.collectives.timing import _crowded
+    part, full = (as_numpy(pm.load_system(n)) for n in ("mtia300-40", "mtia300-48"))
+    nets = [coll.make_net(s, np.float32(1.0)) for s in (part, full)]
+    assert shape(nets[0]) == shape(nets[1]) and nets[1].crowding is None
+    direct = np.eye(4, dtype=np.float32)[DIRECT]
+    t = [[float(coll.all_gather(net, np.float32(S), 0, 1, direct)) for S in (0.0, 64e6)] for net in nets]
+    assert t[0][0] == pytest.approx(t[1][0], rel=1e-6)                          # the same latency
+    assert t[0][1] - t[0][0] == pytest.approx(1.2 * (t[1][1] - t[1][0]), rel=1e-4)
+    tab = table(shape(nets[1]), "all_reduce", 0, 1)
+    crowded = _crowded(nets[0], tab, 0, 1)
+    np.testing.assert_allclose(crowded["core_bytes"][RING], tab["core_bytes"][RING] * [1.0, 2.0])
+    np.testing.assert_allclose(crowded["eng_bytes"][TREE], tab["eng_bytes"][TREE])
+    np.testing.assert_allclose(crowded["core_bytes"][TREE], tab["core_bytes"][TREE] * [1.0, 2.0])
