@@ -5,7 +5,7 @@ time with respect to a System gives d step / d every hardware parameter. Structu
 which network levels exist, whether the NIC also carries scale-up traffic) is static.
 
 Loaded from `data/chips/<chip>.toml` and `data/systems/<family>.toml`; a system named
-`<family>-<N>` is family `<family>` with N chips.
+`<family>-<N>` is family `<family>` with N chips, its last domain partial where N does not fill it.
 """
 
 from __future__ import annotations
@@ -122,7 +122,11 @@ class Level:
 @_pytree
 @dataclass(frozen=True)
 class System:
-    """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out."""
+    """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out.
+
+    The chips are a prefix of the smallest full system holding them (padded_sizes): every domain
+    is full but the last of each level, which holds what is left (`partial`, `domain_sizes`); a
+    level's `size` is its full domain's (the outermost: num_chips)."""
 
     chip: Chip
     nic: Nic
@@ -143,6 +147,11 @@ class System:
     def partial(self) -> bool:
         """Whether the last domain of some level holds fewer chips than a full one."""
         return any(self.num_chips % lv.size for lv in self.levels)
+
+    @property
+    def uneven_domains(self) -> bool:
+        """Whether the innermost (scale-up) domains differ in size (the last one is partial)."""
+        return bool(self.levels) and self.num_chips % self.domain_size != 0
 
     @property
     def domain_sizes(self) -> tuple[int, ...]:
@@ -403,7 +412,8 @@ def _chip_count(chips) -> int | None:
 def load_system(name_or_path: str | Path, *, chips: int | None = None,
                 chip: str | Path | None = None) -> System:
     """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`), a family name with `chips`
-(`mtia300`, chips=40), or a TOML path.
+    (`mtia300`, chips=40), or a TOML path. Any size up to the outermost level loads: the last
+    domain of a level may be partial (mtia300-40: racks of 16, 16 and 8).
 
     `chips` overrides the chip count; `chip` replaces the chip (a preset name or a chip TOML, e.g.
     one written by calibration).

@@ -184,10 +184,10 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         if st == "data_parallel" and t.cache_ratio < 1:
             raise ConfigError(src, f + ".cache_ratio", "data_parallel tables live in HBM (cache_ratio 1)")
     _choice(src, "dense", plan.dense, DENSE_MODES)
-    if plan.dense == "hybrid" and system.partial:
+    if plan.dense == "hybrid" and system.uneven_domains:
         raise ConfigError(src, "dense", f"hybrid shards the dense part inside each scale-up domain and replicates it "
-                          f"across equal domains; {system.name}'s domains hold {_sizes_text(sizes)} chips: use "
-                          f"replicated or fully_sharded")
+                          f"across equal domains; {system.name}'s scale-up domains are {len(sizes) - 1} x {L} chips "
+                          f"and one of {sizes[-1]}: use replicated or fully_sharded")
     _choice(src, "a2a_precision", plan.a2a_precision, PRECISIONS)
     _choice(src, "grad_precision", plan.grad_precision, PRECISIONS)
     if not isinstance(plan.algorithms, dict):
@@ -211,12 +211,6 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
 def domain_ranks(domain: int, D: int, L: int) -> list[int]:
     """The ranks of scale-up domain `domain` (domains of L ranks; the last one holds what is left of D)."""
     return list(range(domain * L, min(domain * L + L, D)))
-
-
-def _sizes_text(sizes) -> str:
-    """Domain sizes as '16, 16 and 8'."""
-    s = [str(x) for x in sizes]
-    return s[0] if len(s) == 1 else f"{', '.join(s[:-1])} and {s[-1]}"
 
 
 def _choice(src, key, value, allowed):
@@ -295,8 +289,8 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
 
     Each table gets a uniform sharding type; table_wise a uniform rank; column_wise two shards on
     two distinct uniform ranks; table_row_wise a uniform domain. Dense mode, algorithms, precisions,
-    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too (a partial system's
-    hybrid draws are fully sharded). Not memory-checked.
+    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too (where the
+    scale-up domains are unequal, hybrid draws are fully sharded). Not memory-checked.
     """
     T, D, L = model.tables.count, system.num_chips, system.domain_size
     H = system.num_domains
@@ -323,7 +317,7 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
         algo_choice.append(jax.nn.one_hot(pick, 4))
     cat = lambda k, m: jax.nn.one_hot(jax.random.randint(k, (n,), 0, m), m)
     dense = cat(ks[8], 3)
-    if system.partial:                 # no hybrid on unequal domains (validate_plan): fully sharded
+    if system.uneven_domains:          # no hybrid on unequal domains (validate_plan): fully sharded
         hyb, fsdp = DENSE_MODES.index("hybrid"), DENSE_MODES.index("fully_sharded")
         dense = dense.at[:, fsdp].add(dense[:, hyb]).at[:, hyb].set(0.0)
     return PlanArrays(

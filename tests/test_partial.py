@@ -80,12 +80,16 @@ def test_a_plan_on_a_partial_system_is_checked_against_its_domains(h100_12, smal
          "rank 12 does not exist: system h100-12 has ranks 0..11"),
         (on(h100_12, small, c6=TablePlan("table_row_wise", [8, 9, 10])), "tables.c6.ranks",
          "table_row_wise spans one whole scale-up domain of 4 ranks, e.g. 8..11"),
-        (Plan(tables=ok.tables, dense="hybrid"), "dense", "h100-12's domains hold 8 and 4 chips: use replicated"),
+        (Plan(tables=ok.tables, dense="hybrid"), "dense", "h100-12's scale-up domains are 1 x 8 chips and one of 4: use replicated"),
     ]
     for plan, field, piece in cases:
         with pytest.raises(ConfigError) as info:
             pm.validate_plan(plan, h100_12, small)
         assert info.value.field == field and piece in str(info.value), str(info.value)
+    # hybrid needs equal scale-up domains only: h100pcie-12's sockets of 4 are (its second server is partial)
+    pcie = pm.load_system("h100pcie-12")
+    assert pcie.partial and not pcie.uneven_domains
+    pm.validate_plan(Plan(tables=on(pcie, small).tables, dense="hybrid"), pcie, small)
 
 
 def test_a_partial_rack_scales_between_its_neighbours(mlperf):

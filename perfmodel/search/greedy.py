@@ -94,7 +94,7 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
     act = float(q["act"])
     buffers = 4.0 * (B / D) * pooled * 4.0
     for mode, dense in zip(("replicated", "hybrid", "fully_sharded"), q["dense"]):
-        if mode == "hybrid" and system.partial:         # hybrid needs equal domains (plan.validate_plan)
+        if mode == "hybrid" and system.uneven_domains:  # hybrid needs equal domains (plan.validate_plan)
             continue
         dense = float(dense)
         dense_mode = mode
@@ -212,7 +212,7 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     (score.score_pairs)."""
     candidates = []
     # hybrid on one level is fully sharded; on unequal domains it does not exist (plan.validate_plan)
-    modes = [m for m in DENSE_MODES if m != "hybrid" or (len(system.levels) > 1 and not system.partial)]
+    modes = [m for m in DENSE_MODES if m != "hybrid" or (len(system.levels) > 1 and not system.uneven_domains)]
     for dense, ar, a2a, buckets, chunks in itertools.product(
             modes, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)

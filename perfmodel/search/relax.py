@@ -112,7 +112,7 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
             algos[c, ALGORITHMS.index(a)] = 0.0
     prec = lambda allowed: np.asarray([0.0 if p in allowed else NEG for p in PRECISIONS], np.float32)
     dense = np.asarray([0.0 if m in dense_modes else NEG for m in DENSE_MODES], np.float32)
-    if len(system.levels) == 1 or system.partial:
+    if len(system.levels) == 1 or system.uneven_domains:
         dense[DENSE_MODES.index("hybrid")] = NEG       # hybrid = fully sharded with one domain; none on unequal ones
     return Masks(types, algos, prec(precisions), prec(precisions), dense, k_max,
                  np.float32(1.0 if float(system.offload.engines) > 0 else 0.0), shards, limits)
