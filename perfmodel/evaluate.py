@@ -332,7 +332,7 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     # ---------------------------------------------------------------- figures
     peak = peak_flops(chip, model.dense_dtype)
     mfu = dense_flops(model) * B / (step * D * peak)
-    hosts = system.num_hosts if system.partial else D / system.chips_per_host     # a partial host costs a whole one
+    hosts = system.num_hosts if D % system.chips_per_host else D / system.chips_per_host   # a partial host costs a whole one
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
     joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)
 

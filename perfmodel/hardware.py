@@ -194,9 +194,9 @@ def peers_per_level(system: System) -> np.ndarray:
 
 
 def domain_chips(system: System):
-    """Chips in each device's innermost domain: the number L on a full system, [D] float32 on a
-    partial one."""
-    if not system.partial:
+    """Chips in each device's innermost domain: the number L where every one is full, [D] float32
+    where the last is partial."""
+    if not system.uneven_domains:
         return system.domain_size
     return np.repeat(np.asarray(system.domain_sizes, np.float32), system.domain_sizes)
 

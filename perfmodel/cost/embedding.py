@@ -88,7 +88,7 @@ def _domain_sums(x, size: int):
 def _per_domain(x, system: System):
     """[..., H, F] per innermost domain -> [..., D, F] per device."""
     xp = xp_of(x)
-    if not system.partial:
+    if not system.uneven_domains:
         return xp.repeat(x, system.domain_size, axis=-2)
     sizes = np.asarray(system.domain_sizes)
     if xp is np:
@@ -213,7 +213,7 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         ], axis=-1)
     WQ = per_table_row_wise(L)
     by_domain = _over_tables(pa.domain_placement, WQ)                     # [H, 7]
-    if system.partial:                  # the partial last domain's devices hold larger shares
+    if system.uneven_domains:           # the partial last domain's devices hold larger shares
         last = system.domain_sizes[-1]
         tail = _over_tables(pa.domain_placement[..., -1:], per_table_row_wise(last))
         by_domain = xp.concatenate([by_domain[..., :-1, :], tail], axis=-2)

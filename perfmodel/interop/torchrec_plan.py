@@ -89,7 +89,7 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
     plan, system, model = _as_plan(plan, system, model)
     D, L = system.num_chips, system.domain_size
     twrw = [n for n, t in plan.tables.items() if t.sharding_type == "table_row_wise"]
-    if system.partial and twrw:
+    if system.uneven_domains and twrw:
         raise ConfigError("plan", f"tables.{twrw[0]}.sharding_type", f"table_row_wise has no TorchRec form on "
                           f"{system.name}: TorchRec groups ranks by one local world size ({L}), and the last domain "
                           f"holds {system.domain_sizes[-1]}; use row_wise, or a system of whole domains")
@@ -128,7 +128,7 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
         tables[name] = entry
     out = {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
            "source": f"perfmodel: model {model.name}, system {system.name}"}
-    if system.partial:
+    if system.uneven_domains:
         out["local_sizes"] = list(system.domain_sizes)
     return out
 

@@ -123,7 +123,7 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
         doms = np.flatnonzero(lim.domains[i] > 0)
         fits = doms[size[i] / sizes[doms] <= 0.5 * budget]     # a partial domain's devices hold more of it
         doms = fits if fits.size else doms
-        per_device = (np.add.reduceat(used, np.arange(0, D, L)) / sizes if system.partial
+        per_device = (np.add.reduceat(used, np.arange(0, D, L)) / sizes if system.uneven_domains
                       else used.reshape(-1, L).sum(1))
         h = int(doms[np.argmin(per_device[doms])])
         return domain_ranks(h, D, L)

@@ -89,7 +89,7 @@ class Problem:
         """[H]: a [D] per-device quantity summed over each scale-up domain, a partial one's as a full
         one's would be at its devices' mean (L / L' times its sum): what orders domains by load."""
         x = np.asarray(x)
-        if not self.system.partial:
+        if not self.system.uneven_domains:
             return x.reshape(self.H, self.L).sum(1)
         sizes = np.asarray(self.system.domain_sizes)
         return np.add.reduceat(x, np.arange(0, self.D, self.L)) * (self.L / sizes)
