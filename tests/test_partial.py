@@ -161,3 +161,13 @@ def test_a_partial_systems_collectives_are_the_full_shapes_crowded():
     np.testing.assert_allclose(crowded["core_bytes"][RING], tab["core_bytes"][RING] * [1.0, 2.0])
     np.testing.assert_allclose(crowded["eng_bytes"][TREE], tab["eng_bytes"][TREE])
     np.testing.assert_allclose(crowded["core_bytes"][TREE], tab["core_bytes"][TREE] * [1.0, 2.0])
+
+
+def test_numpy_and_traced_evaluations_agree_on_a_partial_system(h100_12, small):
+    """The cost model's two array libraries (cost.arrays) give one step on h100-12's random plans."""
+    plans = pm.random_plans(jax.random.PRNGKey(1), h100_12, small, 4)
+    batch, _ = _step_model(as_numpy(h100_12), as_numpy(small), as_numpy(plans), 0.0)
+    for i in range(4):
+        traced = pm.evaluate(h100_12, small, jax.tree_util.tree_map(lambda x: x[i], plans))
+        assert float(traced.step_s) == pytest.approx(float(batch.step_s[i]), rel=1e-5)
+        np.testing.assert_allclose(np.asarray(traced.memory_bytes), np.asarray(batch.memory_bytes)[i], rtol=1e-5)
