@@ -20,6 +20,12 @@ def h100_12():
     return pm.load_system("h100-12")
 
 
+@pytest.fixture(scope="module")
+def random_12(h100_12, small):
+    """3 random one-hot plans of dlrm-small on h100-12 (numpy leaves)."""
+    return as_numpy(pm.random_plans(jax.random.PRNGKey(5), h100_12, small, 3))
+
+
 def emb(system, model, plan):
     """The embedding costs of one plan at fp32, numpy, the batch axis dropped."""
     four = np.asarray([4.0], np.float32)
@@ -125,13 +131,12 @@ def test_torchrec_export_of_a_partial_system(h100_12, small):
         pm.torchrec_plan(on(h100_12, small, c6=TablePlan("table_row_wise", list(range(8)))), h100_12, small)
 
 
-def test_traces_of_a_partial_system_are_valid_and_add_up(h100_12, small):
+def test_traces_of_a_partial_system_are_valid_and_add_up(h100_12, small, random_12):
     """Random plans on h100-12 (the numpy evaluation, a batch of 3): each plan's trace passes the
     checks every trace does (test_plots_trace.check_trace), a device of the node of 4 among them."""
     from perfmodel.trace import chrome_trace
     from test_plots_trace import check_trace
-    N = 3
-    plans = as_numpy(pm.random_plans(jax.random.PRNGKey(5), h100_12, small, N))
+    N, plans = 3, random_12
     assert not np.asarray(plans.dense_mode)[:, DENSE_MODES.index("hybrid")].any()
     bds, _ = _step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
     for i in range(N):
@@ -163,11 +168,11 @@ def test_a_partial_systems_collectives_are_the_full_shapes_crowded():
     np.testing.assert_allclose(crowded["core_bytes"][TREE], tab["core_bytes"][TREE] * [1.0, 2.0])
 
 
-def test_numpy_and_traced_evaluations_agree_on_a_partial_system(h100_12, small):
+def test_numpy_and_traced_evaluations_agree_on_a_partial_system(h100_12, small, random_12):
     """The cost model's two array libraries (cost.arrays) give one step on h100-12's random plans."""
-    plans = pm.random_plans(jax.random.PRNGKey(1), h100_12, small, 4)
-    batch, _ = _step_model(as_numpy(h100_12), as_numpy(small), as_numpy(plans), 0.0)
-    for i in range(4):
+    plans = random_12
+    batch, _ = _step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
+    for i in range(3):
         traced = pm.evaluate(h100_12, small, jax.tree_util.tree_map(lambda x: x[i], plans))
         assert float(traced.step_s) == pytest.approx(float(batch.step_s[i]), rel=1e-5)
         np.testing.assert_allclose(np.asarray(traced.memory_bytes), np.asarray(batch.memory_bytes)[i], rtol=1e-5)
