@@ -21,8 +21,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
 
-CHIPS_HELP = ("the system at N chips (whole scale-up domains and hosts), in place of the size in a preset's name "
-              "or a TOML's first size, e.g. --chips 32")
+CHIPS_HELP = ("the system at N chips (its last scale-up domain may be partial: 40 = racks of 16, 16 and 8), in place "
+              "of the size in a preset's name or a TOML's first size, e.g. --chips 32")
 
 
 def add_chips(p: argparse.ArgumentParser, help: str = CHIPS_HELP) -> None:

@@ -281,7 +281,7 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
     src = src or c.source
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     index = {n: i for i, n in enumerate(names)}
     check_tables(c, model.tables)
     lim = unlimited(T, D, H)
@@ -324,7 +324,7 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
                 raise err("ranks", f"rank {bad[0]} does not exist: system {system.name} has ranks 0..{D - 1}")
             lim.devices[t] = 0.0
             lim.devices[t, list(tc.ranks)] = 1.0
-            whole = lim.devices[t].reshape(H, L).min(axis=1)
+            whole = np.minimum.reduceat(lim.devices[t], np.arange(0, D, L))   # domains all of whose ranks it may use
             lim.domains[t] = whole
             if len(tc.ranks) < D:
                 for j in (RW, DP):

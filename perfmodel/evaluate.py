@@ -39,7 +39,7 @@ from .cost.embedding import EmbeddingCosts, embedding_costs
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
-from .hardware import System, _pytree, load_system, static
+from .hardware import System, _pytree, domain_chips, load_system, static
 from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, load_plan, to_arrays, validate_plan
 from .workload import RankingModel, load_model
 
@@ -267,7 +267,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         db = contention.hbm_excess(chip, rate(comm, traffic))
         return contention.added(plain, plain * lead(db, plain), lead(comm, plain), mn)
 
-    tr_moved = emb.tr_bytes * (L - 1) / L                  # [D] sent (and received) by the domain reduce-scatter
+    Ld = domain_chips(system)                              # each device's domain: L, or [D] on a partial system
+    tr_moved = emb.tr_bytes * (Ld - 1) / Ld                # [D] sent (and received) by the domain reduce-scatter
     out_bytes = (hard_max(xp.sum(xp.maximum(emb.out_send, emb.out_recv), axis=-1) + tr_moved, -1)
                  + emb.rw_bytes * (D - 1) / D)
     in_bytes = hard_max(xp.sum(xp.maximum(emb.in_send, emb.in_recv), axis=-1), -1)
@@ -331,7 +332,7 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     # ---------------------------------------------------------------- figures
     peak = peak_flops(chip, model.dense_dtype)
     mfu = dense_flops(model) * B / (step * D * peak)
-    hosts = D / system.chips_per_host
+    hosts = system.num_hosts if D % system.chips_per_host else D / system.chips_per_host   # a partial host costs a whole one
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
     joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)
 

@@ -5,7 +5,7 @@ time with respect to a System gives d step / d every hardware parameter. Structu
 which network levels exist, whether the NIC also carries scale-up traffic) is static.
 
 Loaded from `data/chips/<chip>.toml` and `data/systems/<family>.toml`; a system named
-`<family>-<N>` is family `<family>` with N chips.
+`<family>-<N>` is family `<family>` with N chips, its last domain partial where N does not fill it.
 """
 
 from __future__ import annotations
@@ -122,7 +122,11 @@ class Level:
 @_pytree
 @dataclass(frozen=True)
 class System:
-    """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out."""
+    """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out.
+
+    The chips are a prefix of the smallest full system holding them (padded_sizes): every domain
+    is full but the last of each level, which holds what is left (`partial`, `domain_sizes`); a
+    level's `size` is its full domain's (the outermost: num_chips)."""
 
     chip: Chip
     nic: Nic
@@ -136,11 +140,75 @@ class System:
 
     @property
     def domain_size(self) -> int:
-        """Chips in the innermost (scale-up) domain."""
+        """Chips in a full innermost (scale-up) domain."""
         return self.levels[0].size if self.levels else 1
+
+    @property
+    def partial(self) -> bool:
+        """Whether the last domain of some level holds fewer chips than a full one."""
+        return any(self.num_chips % lv.size for lv in self.levels)
+
+    @property
+    def uneven_domains(self) -> bool:
+        """Whether the innermost (scale-up) domains differ in size (the last one is partial)."""
+        return bool(self.levels) and self.num_chips % self.domain_size != 0
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        """Chips in each innermost domain, in rank order: full ones, then a partial last one, if any."""
+        L, n = self.domain_size, self.num_chips
+        return (L,) * (n // L) + ((n % L,) if n % L else ())
+
+    @property
+    def num_domains(self) -> int:
+        """Innermost (scale-up) domains, a partial last one counted."""
+        return len(self.domain_sizes)
+
+    @property
+    def num_hosts(self) -> int:
+        """Hosts, a partial last one counted."""
+        return -(-self.num_chips // self.chips_per_host)
 
     def replace(self, **changes) -> "System":
         return dataclasses.replace(self, **changes)
+
+
+def present_in_domains(system: System) -> np.ndarray:
+    """[D, K] int: the chips present in each device's domain at each level (its own domain's size;
+    the last domain of a level holds what is left of the system)."""
+    d = np.arange(system.num_chips)
+    cols = [np.minimum(lv.size, system.num_chips - d // lv.size * lv.size) for lv in system.levels]
+    return np.stack(cols, axis=-1) if cols else np.ones((system.num_chips, 0), int)
+
+
+def peers_per_level(system: System) -> np.ndarray:
+    """Peers each device first reaches at each level, float32: [K] on a full system (every device
+    has size_l - size_(l-1)), [D, K] on a partial one (a device of the partial last domain has
+    fewer peers inside it and more beyond)."""
+    sizes = [lv.size for lv in system.levels]
+    if not system.partial:
+        return np.asarray([s - p for s, p in zip(sizes, [1] + sizes[:-1])], np.float32)
+    present = present_in_domains(system)
+    below = np.concatenate([np.ones_like(present[:, :1]), present[:, :-1]], axis=-1)
+    return (present - below).astype(np.float32)
+
+
+def domain_chips(system: System):
+    """Chips in each device's innermost domain: the number L where every one is full, [D] float32
+    where the last is partial."""
+    if not system.uneven_domains:
+        return system.domain_size
+    return np.repeat(np.asarray(system.domain_sizes, np.float32), system.domain_sizes)
+
+
+def padded_sizes(system: System) -> tuple[int, ...]:
+    """Each level's domain size on the smallest full system holding this one (the last domain of
+    every level filled up): the level sizes themselves on a full system."""
+    out = []
+    for lv in system.levels:
+        below = out[-1] if out else 1
+        out.append(-(-lv.size // below) * below)
+    return tuple(out)
 
 
 def link_bandwidths(system: System) -> tuple[jax.Array, jax.Array]:
@@ -343,7 +411,9 @@ def _chip_count(chips) -> int | None:
 
 def load_system(name_or_path: str | Path, *, chips: int | None = None,
                 chip: str | Path | None = None) -> System:
-    """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`) or a TOML path.
+    """Load a system: a preset name `<family>-<N>` (e.g. `mtia300-64`), a family name with `chips`
+    (`mtia300`, chips=40), or a TOML path. Any size up to the outermost level loads: the last
+    domain of a level may be partial (mtia300-40: racks of 16, 16 and 8).
 
     `chips` overrides the chip count; `chip` replaces the chip (a preset name or a chip TOML, e.g.
     one written by calibration).
@@ -358,9 +428,12 @@ def load_system(name_or_path: str | Path, *, chips: int | None = None,
     else:
         match = _SYSTEM_NAME.match(text)
         families = preset_names("systems")
+        if count is not None and text in families:         # a family name with its size given apart
+            match = {"family": text, "n": str(count)}
         if not match or match["family"] not in families:
             known = ", ".join(f"{f}-<N>" for f in families)
-            raise ConfigError("", "system", f"unknown system {text!r}; known: {known} (see `perfmodel list`)")
+            sized = " (or a family name with chips, e.g. --chips 40)" if text in families else ""
+            raise ConfigError("", "system", f"unknown system {text!r}; known: {known}{sized} (see `perfmodel list`)")
         path = preset_path("systems", match["family"])
         if count is None:
             n = int(match["n"])
@@ -425,11 +498,12 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
     if levels[-1][0] < n:
         raise ConfigError(*(blame or (src, "network.levels")), f"the outermost level{where(levels[-1][2])} holds "
                           f"{most:,} chips; the system has {n:,}: use at most {most:,}")
-    for size, _, lname, *_ in levels:
-        if n % size:
-            raise ConfigError(*(blame or (src, "chips")), f"{n} chips do not fill whole domains of {size}"
-                              f"{where(lname)}; use a multiple of {size}{_near(n, size, most)}")
-    if n % per_host and n > per_host:
+    # the last domain of a level may be partial (absent chips are the last ones), but a domain
+    # holds whole domains of the level inside it: the prefix of a full system
+    for (inner, *_), (outer, _, lname, *_) in zip(levels, levels[1:-1]):
+        if outer % inner:
+            raise ConfigError(src, "network.levels", f"{lname!r} holds {outer:,} chips, not whole domains of {inner:,}")
+    if n % per_host and n > per_host and per_host < levels[0][0]:
         raise ConfigError(*(blame or (src, "chips")), f"{n} chips do not fill whole hosts of {per_host}"
                           f"{where('chips_per_host')}; use a multiple of {per_host}{_near(n, per_host, most)}")
 

@@ -147,6 +147,7 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
     `constraints` (anything constraints.as_constraints takes; None: none)."""
     names = model.tables.names
     D, L = system.num_chips, system.domain_size
+    sizes = system.domain_sizes
     missing = [n for n in names if n not in plan.tables]
     if missing:
         raise ConfigError(src, f"tables.{missing[0]}", f"is missing: the plan must place all {len(names)} tables")
@@ -175,14 +176,18 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
                               f"splits the columns into equal shards; uneven ones it does not shard at all)")
         if st == "table_row_wise":
             dom = t.ranks[0] // L
-            if sorted(t.ranks) != list(range(dom * L, dom * L + L)):
-                raise ConfigError(src, f + ".ranks", f"table_row_wise spans one whole scale-up domain of {L} "
-                                  f"ranks, e.g. {dom * L}..{dom * L + L - 1}")
+            if sorted(t.ranks) != domain_ranks(dom, D, L):
+                raise ConfigError(src, f + ".ranks", f"table_row_wise spans one whole scale-up domain of {sizes[dom]} "
+                                  f"ranks, e.g. {dom * L}..{dom * L + sizes[dom] - 1}")
         if isinstance(t.cache_ratio, bool) or not isinstance(t.cache_ratio, (int, float)) or not 0 < t.cache_ratio <= 1:
             raise ConfigError(src, f + ".cache_ratio", f"must be a number in (0, 1], got {t.cache_ratio!r}")
         if st == "data_parallel" and t.cache_ratio < 1:
             raise ConfigError(src, f + ".cache_ratio", "data_parallel tables live in HBM (cache_ratio 1)")
     _choice(src, "dense", plan.dense, DENSE_MODES)
+    if plan.dense == "hybrid" and system.uneven_domains:
+        raise ConfigError(src, "dense", f"hybrid shards the dense part inside each scale-up domain and replicates it "
+                          f"across equal domains; {system.name}'s scale-up domains are {len(sizes) - 1} x {L} chips "
+                          f"and one of {sizes[-1]}: use replicated or fully_sharded")
     _choice(src, "a2a_precision", plan.a2a_precision, PRECISIONS)
     _choice(src, "grad_precision", plan.grad_precision, PRECISIONS)
     if not isinstance(plan.algorithms, dict):
@@ -201,6 +206,11 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
     if constraints is not None:
         from .constraints import check_plan
         check_plan(plan, constraints, system, model, src)
+
+
+def domain_ranks(domain: int, D: int, L: int) -> list[int]:
+    """The ranks of scale-up domain `domain` (domains of L ranks; the last one holds what is left of D)."""
+    return list(range(domain * L, min(domain * L + L, D)))
 
 
 def _choice(src, key, value, allowed):
@@ -223,7 +233,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
         return replace(tables, **settings)
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     st = np.zeros((T, 5), np.float32)
     pl = np.zeros((T, D), np.float32)
     dp = np.zeros((T, H), np.float32)
@@ -279,10 +289,11 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
 
     Each table gets a uniform sharding type; table_wise a uniform rank; column_wise two shards on
     two distinct uniform ranks; table_row_wise a uniform domain. Dense mode, algorithms, precisions,
-    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too. Not memory-checked.
+    offload, pipelining, buckets (1..16) and chunks (1..4) are uniform too (where the
+    scale-up domains are unequal, hybrid draws are fully sharded). Not memory-checked.
     """
     T, D, L = model.tables.count, system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     most = max(1, MAX_PLAN_ENTRIES // (T * D))
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
         raise ConfigError("", "n", f"must be an integer from 1 to {most:,} (plans of {T} tables on {D} devices: "
@@ -305,9 +316,13 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
         pick = allowed[jax.random.randint(ks[4 + c], (n,), 0, len(allowed))]
         algo_choice.append(jax.nn.one_hot(pick, 4))
     cat = lambda k, m: jax.nn.one_hot(jax.random.randint(k, (n,), 0, m), m)
+    dense = cat(ks[8], 3)
+    if system.uneven_domains:          # no hybrid on unequal domains (validate_plan): fully sharded
+        hyb, fsdp = DENSE_MODES.index("hybrid"), DENSE_MODES.index("fully_sharded")
+        dense = dense.at[:, fsdp].add(dense[:, hyb]).at[:, hyb].set(0.0)
     return PlanArrays(
         shard_type=jax.nn.one_hot(st, 5), placement=placement, domain_placement=jax.nn.one_hot(dom, H),
-        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)), dense_mode=cat(ks[8], 3),
+        cw_shards=1.0 + cw, cache_ratio=jnp.ones((n, T)), dense_mode=dense,
         algorithm=jnp.stack(algo_choice, axis=1), a2a_precision=cat(ks[9], 3), grad_precision=cat(ks[10], 3),
         offload=jax.random.bernoulli(ks[11], 0.5, (n,)).astype(jnp.float32),
         pipeline=jax.random.bernoulli(ks[0], 0.5, (n,)).astype(jnp.float32),
@@ -324,7 +339,7 @@ def table_ranks(sharding: int, place_row, domain: int, k: int, D: int, L: int) -
     if sharding == CW:
         return sorted(int(r) for r in np.argsort(-np.asarray(place_row), kind="stable")[:k])
     if sharding == TWRW:
-        return list(range(domain * L, domain * L + L))
+        return domain_ranks(domain, D, L)
     return list(range(D))
 
 

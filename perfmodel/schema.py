@@ -190,7 +190,7 @@ SYSTEM = _fields(
      'price of one host beyond its chips'),
     # a level's domain may be larger than any system built from the family (a fabric's reach)
     ("network.levels[]", "domain_chips", "chips", 1.0, None, 1, 1e9, _I, None,
-     'chips one domain of this level holds (grows level to level)'),
+     'chips one domain of this level holds (grows level to level; a whole number of the previous level\'s domains); a system\'s last domain may hold fewer'),
     ("network.levels[]", "latency_us", "us", US, "levels[].latency_s", 0.0, 1e6, False, None,
      'latency of a hop at this level'),
     ("network.levels[]", "oversubscription", "", 1.0, "levels[].oversubscription", 1.0, 1e3, False, None,

@@ -59,11 +59,13 @@ def test_every_command_loads_a_toml_at_the_chips_given(command):
     ("1.5", ["one whole number of chips", "got '1.5'"]),
     ("16,32", ["one whole number of chips", "got '16,32'"]),
     ("65537", ["from 1 to 65,536"]),
-    ("40", ["40 chips do not fill whole domains of 16", "'rack' in", "mtia300.toml", "e.g. 32 or 48"]),
     ("8192", ["outermost level ('cluster' in", "holds 4,096 chips", "use at most 4,096"]),
-], ids=["zero", "negative", "text", "fraction", "list", "beyond-the-most", "partial-domain", "beyond-the-outer-level"])
+    ("gb200nvl72-72:74", ["74 chips do not fill whole hosts of 4", "'chips_per_host' in", "gb200nvl72.toml",
+                          "e.g. 72 or 76"]),
+], ids=["zero", "negative", "text", "fraction", "list", "beyond-the-most", "beyond-the-outer-level", "partial-host"])
 def test_bad_chips_is_one_error_naming_the_flag(chips, pieces):
-    code, out, err = run(["evaluate", "--system", "mtia300-16", "--chips", chips, "--model", "dlrm-small"])
+    system, _, chips = chips.rpartition(":")
+    code, out, err = run(["evaluate", "--system", system or "mtia300-16", "--chips", chips, "--model", "dlrm-small"])
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("perfmodel: error: field '--chips': ")
@@ -73,9 +75,9 @@ def test_bad_chips_is_one_error_naming_the_flag(chips, pieces):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_refuses_a_bad_chips_before_any_work(command, tmp_path):
-    code, _, err = run(argv(command, tmp_path) + ["--system", H100, "--chips", "12"])
+    code, _, err = run(argv(command, tmp_path) + ["--system", H100, "--chips", "4096"])
     assert code == 2 and len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
-    assert "field '--chips': 12 chips do not fill whole domains of 8 ('node' in" in err and "e.g. 8 or 16" in err
+    assert "field '--chips': the outermost level ('cluster' in" in err and "use at most 2,048" in err
 
 
 def test_plot_breakdown_refuses_chips_and_scaling_keeps_its_list(tmp_path):
@@ -88,10 +90,18 @@ def test_plot_breakdown_refuses_chips_and_scaling_keeps_its_list(tmp_path):
 
 def test_python_chips_names_the_argument_and_the_family_file():
     with pytest.raises(ConfigError) as info:
-        pm.load_system("mtia300-16", chips=40)
+        pm.load_system("gb200nvl72-72", chips=74)
     err = info.value
     assert (err.source, err.field) == ("", "chips")
-    assert "('rack' in " in err.message and "mtia300.toml" in err.message and "(e.g. 32 or 48)" in err.message
+    assert "('chips_per_host' in " in err.message and "gb200nvl72.toml" in err.message and "(e.g. 72 or 76)" in err.message
+
+
+def test_a_family_name_takes_its_size_from_chips():
+    assert pm.load_system("mtia300", chips=40).name == "mtia300-40"
+    args = build_parser().parse_args(argv("search") + ["--system", "mtia300", "--chips", "40"])
+    assert load_system_arg(args).domain_sizes == (16, 16, 8)      # two full racks and one of 8
+    with pytest.raises(ConfigError, match=r"unknown system 'mtia300'.*a family name with chips"):
+        pm.load_system("mtia300")
 
 
 def test_chips_replaces_the_size_of_a_preset_name():

@@ -189,14 +189,42 @@ def test_system_whose_chip_preset_is_unknown(tmp_path):
     assert "unknown preset 'h1000'" in str(info.value) and "known chips: a100, b200, b300, gaudi3, gb200, h100," in str(info.value)
 
 
-@pytest.mark.parametrize("name,family,domain", [("h100-12", "h100", 8), ("mtia300-24", "mtia300", 16),
-                                                ("gaudi3-20", "gaudi3", 8), ("mtia300-1032", "mtia300", 16)])
-def test_system_size_must_fill_whole_domains(name, family, domain):
+@pytest.mark.parametrize("name,sizes,hosts", [
+    ("h100-12", (8, 4), 2),                     # one full 8-GPU node and one of 4
+    ("mtia300-40", (16, 16, 8), 40),            # two full racks and one of 8; one accelerator per host
+    ("mtia300-24", (16, 8), 24),
+    ("gaudi3-20", (8, 8, 4), 3),
+    ("mtia300-1032", (16,) * 64 + (8,), 1032),
+])
+def test_a_last_domain_may_be_partial(name, sizes, hosts):
+    system = load_system(name)
+    assert system.partial and system.domain_sizes == sizes and system.num_hosts == hosts
+    assert [lv.size for lv in system.levels][-1] == system.num_chips == sum(sizes)
+
+
+def test_peers_per_level_of_a_partial_system_by_hand():
+    from perfmodel.hardware import domain_chips, padded_sizes, peers_per_level
+    s = load_system("mtia300-40")
+    peers = peers_per_level(s)
+    # a chip of a full rack: 15 rack peers, 24 beyond; of the rack of 8: 7 and 32
+    assert peers.shape == (40, 2) and peers[0].tolist() == [15, 24] and peers[39].tolist() == [7, 32]
+    assert (peers.sum(1) == 39).all() and domain_chips(s).tolist() == [16] * 32 + [8] * 8
+    assert padded_sizes(s) == (16, 48)
+    full = load_system("mtia300-48")
+    assert not full.partial and peers_per_level(full).tolist() == [15, 32] and domain_chips(full) == 16
+    # three levels (4 on a socket, 8 in a server): 12 = a full server and one of 4 (one socket)
+    s = load_system("h100pcie-12")
+    assert s.domain_sizes == (4, 4, 4) and s.partial and padded_sizes(s) == (4, 8, 16)
+    assert peers_per_level(s)[[0, 8]].tolist() == [[3, 4, 4], [3, 0, 8]]
+
+
+@pytest.mark.parametrize("name,family,per_host", [("gb200nvl72-74", "gb200nvl72", 4), ("gb200nvl72-150", "gb200nvl72", 4)])
+def test_hosts_smaller_than_a_domain_must_be_whole(name, family, per_host):
     n = int(name.rsplit("-", 1)[1])
     with pytest.raises(ConfigError) as info:
         load_system(name)
-    check(info.value, f"{family}.toml", "chips", f"{n} chips do not fill whole domains of {domain}",
-          f"use a multiple of {domain}")
+    check(info.value, f"{family}.toml", "chips", f"{n} chips do not fill whole hosts of {per_host}",
+          f"use a multiple of {per_host}")
 
 
 # ---------------------------------------------------------------------------------- unknown presets

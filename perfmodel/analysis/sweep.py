@@ -301,7 +301,7 @@ def _replanned(system, model, order: list[str], values: np.ndarray, make, execut
 def _dummy_plan(system: System, model: RankingModel) -> PlanArrays:
     """A placeholder PlanArrays (all tables data-parallel) for knobs that touch only hardware/workload."""
     T, D, L = model.tables.count, system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     z = lambda *s: jnp.zeros(s, jnp.float32)
     one = lambda n, i=0: jax.nn.one_hot(i, n)
     return PlanArrays(shard_type=jnp.tile(one(5), (T, 1)), placement=z(T, D) + 1.0 / D,

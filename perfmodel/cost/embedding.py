@@ -9,7 +9,8 @@ Each table's work is split over devices by its share under each sharding type
   column_wise     k devices hold dim / k columns each, all B samples    (share = placement, 1 / k each)
   row_wise        every device holds rows / D, looks up ~B pool / D     (share 1 / D); partial sums for
                   all B samples are reduce-scattered
-  table_row_wise  the L devices of one scale-up domain hold rows / L  (share = domain placement / L);
+  table_row_wise  the L devices of one scale-up domain hold rows / L  (share = domain placement / L;
+                  a partial last domain's L' devices rows / L' each);
                   pooled: a reduce-scatter inside the domain, then (its result is the input) an
                   all-to-all out of it; two collectives one after the other, as TorchRec runs them
                   (TwRwPooledEmbeddingDist: the cross-host all-to-all of the intra-host
@@ -17,6 +18,10 @@ Each table's work is split over devices by its share under each sharding type
 
 Per-device sums are linear in the placement, so they are matrix products P^T W over tables:
 cheap, exactly one-hot-consistent, and differentiable in a relaxed placement.
+
+On a partial system (hardware.System.partial) every device's peers per level and its domain's size
+are its own (hardware.peers_per_level, domain_chips): numbers on a full system, [D] arrays on a
+partial one, in the same formulas.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, _pytree
+from ..hardware import System, _pytree, domain_chips, peers_per_level
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
 from .arrays import add_at, lead, xp_of
@@ -70,9 +75,25 @@ def _over_tables(P, W):
 
 
 def _domain_sums(x, size: int):
-    """[..., D] -> [..., D]: for each device, the sum of x over its domain of `size` devices."""
-    D = x.shape[-1]
-    return xp_of(x).repeat(x.reshape(x.shape[:-1] + (D // size, size)).sum(-1), size, axis=-1)
+    """[..., D] -> [..., D]: for each device, the sum of x over its domain of `size` devices (the
+    last one partial where size does not divide D: summed as if filled with zeros)."""
+    xp, D = xp_of(x), x.shape[-1]
+    pad = -D % size
+    if pad:
+        x = xp.concatenate([x, xp.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
+    sums = xp.repeat(x.reshape(x.shape[:-1] + ((D + pad) // size, size)).sum(-1), size, axis=-1)
+    return sums[..., :D] if pad else sums
+
+
+def _per_domain(x, system: System):
+    """[..., H, F] per innermost domain -> [..., D, F] per device."""
+    xp = xp_of(x)
+    if not system.uneven_domains:
+        return xp.repeat(x, system.domain_size, axis=-2)
+    sizes = np.asarray(system.domain_sizes)
+    if xp is np:
+        return np.repeat(x, sizes, axis=-2)
+    return xp.repeat(x, sizes, axis=-2, total_repeat_length=system.num_chips)
 
 
 SORT_POSITION_BYTES = 4.0     # the sort carries (index, position in the batch) pairs: position as int32
@@ -143,7 +164,9 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     D, L = system.num_chips, system.domain_size
     sizes = [lv.size for lv in system.levels]
     K = len(sizes)
-    first_reached = np.asarray([s - p for s, p in zip(sizes, [1] + sizes[:-1])], np.float32)  # peers per level
+    first_reached = peers_per_level(system)      # peers first reached per level: [K], or [D, K] (partial)
+    Ld = domain_chips(system)                    # chips in each device's domain: L, or [D] (partial)
+    Ld_col = Ld[:, None] if np.ndim(Ld) else Ld
     B = model.global_batch
     b = B / D
     S = pa.shard_type
@@ -182,12 +205,19 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         per_dest * g,                                                 # 5 index bytes per sample
     ], axis=-1)
     VP = _over_tables(P, WP)
-    WQ = xp.stack([
-        s_tr * (f_full / L + out_write), s_tr * (b_full / L + out_write),
-        s_tr * full * c / L, s_tr * full * (1.0 - c) / L,
-        s_tr * e_pool, s_tr * e_seq, s_tr * g,
-    ], axis=-1)
-    VQ = xp.repeat(_over_tables(pa.domain_placement, WQ), L, axis=-2)   # [D, 7]: the domain's share, per device
+    def per_table_row_wise(size):        # [T, 7]: what one device of a domain of `size` chips holds
+        return xp.stack([
+            s_tr * (f_full / size + out_write), s_tr * (b_full / size + out_write),
+            s_tr * full * c / size, s_tr * full * (1.0 - c) / size,
+            s_tr * e_pool, s_tr * e_seq, s_tr * g,
+        ], axis=-1)
+    WQ = per_table_row_wise(L)
+    by_domain = _over_tables(pa.domain_placement, WQ)                     # [H, 7]
+    if system.uneven_domains:           # the partial last domain's devices hold larger shares
+        last = system.domain_sizes[-1]
+        tail = _over_tables(pa.domain_placement[..., -1:], per_table_row_wise(last))
+        by_domain = xp.concatenate([by_domain[..., :-1, :], tail], axis=-2)
+    VQ = _per_domain(by_domain, system)                                   # [D, 7]: the domain's share, per device
     totQ = xp.sum(WQ, axis=-2)
     dp_bwd = 2.0 * tb.rows * tb.bytes_per_row() / hbm  # DP: each device applies the dense update
     uni_fwd = over(s_rw * (f_full / D + out_write) + s_dp * (f_full + out_write) / D)
@@ -212,9 +242,10 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     # table-row-wise, pooled: a reduce-scatter inside the domain of the partial sums of all B samples
     # (tr_bytes per device, its own collective), then each device's B / L share out of the domain
     tr_bytes = VQ[..., 4] * B
-    remote_frac = first_reached[1:] / max(D - L, 1)
+    beyond = D - Ld_col                                # devices outside the own domain
+    remote_frac = first_reached[..., 1:] / (np.maximum(beyond, 1) if np.ndim(beyond) else max(beyond, 1))
     if K > 1:
-        s_out = VQ[..., 4] * (B / L) * (D - L) / D
+        s_out = VQ[..., 4] * (B / Ld) * (D - Ld) / D
         r_out = (per_device(totQ[..., 4]) - VQ[..., 4]) * b
         out_send = add_at(out_send, (slice(1, None),), s_out[..., :, None] * remote_frac)
         out_recv = add_at(out_recv, (slice(1, None),), r_out[..., :, None] * remote_frac)
@@ -222,10 +253,10 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     # table sends x B pool dim bytes spread over all sample owners
     dest = first_reached / D
     e_seq_rw = over(s_rw * e_seq)
-    seq_send = VQ[..., 5] * B / L + per_device(e_seq_rw * B / D)
+    seq_send = VQ[..., 5] * B / Ld + per_device(e_seq_rw * B / D)
     out_send = out_send + seq_send[..., :, None] * dest
-    out_recv = out_recv + (per_device(e_seq_rw) * b * dest)[..., None, :]
-    out_recv = add_at(out_recv, (0,), VQ[..., 5] * b * (L - 1) / L)
+    out_recv = out_recv + lead(e_seq_rw, out_recv) * b * dest
+    out_recv = add_at(out_recv, (0,), VQ[..., 5] * b * (Ld - 1) / Ld)
     if K > 1:
         out_recv = add_at(out_recv, (slice(1, None),),
                           ((per_device(totQ[..., 5]) - VQ[..., 5]) * b)[..., :, None] * remote_frac)
@@ -234,7 +265,7 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     # ---- input distribution (indices), destinations spread uniformly over the peers
     frac = first_reached / max(D - 1, 1)
     send_tot = b * over((per_dest + s_rw + s_tr) * g) * (D - 1) / D
-    recv_tot = VP[..., 5] * (B - b) + per_device(over(s_rw * g) * (B - b) / D) + VQ[..., 6] * (B - b) / L
+    recv_tot = VP[..., 5] * (B - b) + per_device(over(s_rw * g) * (B - b) / D) + VQ[..., 6] * (B - b) / Ld
     in_send = xp.broadcast_to(per_device(send_tot), recv_tot.shape)[..., :, None] * frac
     in_recv = recv_tot[..., :, None] * frac
 

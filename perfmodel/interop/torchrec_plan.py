@@ -19,7 +19,11 @@ TorchRec's `placement`. The compute kernel is "fused" for a table all in HBM and
 "fused_uvm_caching" for one in host DRAM with an HBM cache, whose cache_params.load_factor is the
 plan's cache_ratio. TorchRec's table-row-wise spans one host of local_size ranks; perfmodel's spans
 one scale-up domain, so local_size is the system's scale-up domain size, the local world size to
-run TorchRec with.
+run TorchRec with. On a system whose last domain is partial (mtia300-40: 16, 16 and 8) the dict
+form also lists local_sizes, each domain's; TorchRec's local world size is one number, and its
+table-row-wise sharding builds world_size // local_size intra-host groups of local_size ranks
+(torchrec/distributed/comm.py, intra_and_cross_node_pg), which leave the partial domain's ranks
+out: a plan with a table_row_wise table on such a system is refused.
 
 The dict form is TorchRec's own serialization (`ShardingPlan._serialize()`: {"plan": {module path:
 {table: {sharding_type, compute_kernel, ranks, shards: [{shard_offsets, shard_sizes, placement}]}}}})
@@ -84,6 +88,11 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
         raise ConfigError("", "device_type", f"is {device_type!r}; allowed: {', '.join(DEVICE_TYPES)}")
     plan, system, model = _as_plan(plan, system, model)
     D, L = system.num_chips, system.domain_size
+    twrw = [n for n, t in plan.tables.items() if t.sharding_type == "table_row_wise"]
+    if system.uneven_domains and twrw:
+        raise ConfigError("plan", f"tables.{twrw[0]}.sharding_type", f"table_row_wise has no TorchRec form on "
+                          f"{system.name}: TorchRec groups ranks by one local world size ({L}), and the last domain "
+                          f"holds {system.domain_sizes[-1]}; use row_wise, or a system of whole domains")
     tb = model.tables
     tables = {}
     for i, name in enumerate(tb.names):
@@ -117,8 +126,11 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
         if kernel == "fused_uvm_caching":
             entry["cache_params"] = {"load_factor": float(t.cache_ratio)}
         tables[name] = entry
-    return {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
-            "source": f"perfmodel: model {model.name}, system {system.name}"}
+    out = {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
+           "source": f"perfmodel: model {model.name}, system {system.name}"}
+    if system.uneven_domains:
+        out["local_sizes"] = list(system.domain_sizes)
+    return out
 
 
 def _torchrec_types():

@@ -27,7 +27,7 @@ PENALTY = 10.0
 def warm_start(plan: Plan, system: System, model: RankingModel, strength: float = 3.0) -> SoftParams:
     """Logits that make `plan` the argmax of every choice."""
     T, D, L = model.tables.count, system.num_chips, system.domain_size
-    H = D // L
+    H = system.num_domains
     types = np.zeros((T, 5), np.float32)
     place = np.zeros((T, D), np.float32)
     dom = np.zeros((T, H), np.float32)

@@ -40,7 +40,7 @@ def sample_plans(key, system: System, model: RankingModel, masks: Masks, n: int,
     2 unless a constraint says otherwise) among those its constraints allow, a uniform allowed domain.
     most: fewest_shards(masks), static (the draw keeps that many top devices per table)."""
     T, D = model.tables.count, system.num_chips
-    H = D // system.domain_size
+    H = system.num_domains
     lim = masks.limits
     ks = jax.random.split(key, 12)
     g = lambda k, shape, mask: jax.nn.one_hot(jnp.argmax(jax.random.gumbel(k, shape) + mask, -1), shape[-1])

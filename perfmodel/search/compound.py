@@ -169,7 +169,7 @@ def group_plan(p: Problem, plan: Plan, types, doms, changed, partner, width: int
     for t in np.flatnonzero(changed):
         st, name = int(types[t]), names[t]
         if st == TWRW:
-            ranks = list(range(int(doms[t]) * L, int(doms[t]) * L + L))
+            ranks = p.domain_ranks(int(doms[t]))
         elif st == CW and partner[t] >= 0:
             ranks = sorted([plan.tables[name].ranks[0], int(partner[t])])
         elif st == CW:

@@ -97,7 +97,7 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
         add(t, st, np.zeros((len(t), 1)), 1, 0, cache,
             gS[t, st] - base[t] + gk[t] * (1.0 - k_now[t]) + gcache[t] * (cache - cache_now[t]))
     if H > 1:
-        dom_order = np.argsort(np.argsort(memory.reshape(H, L).sum(1), kind="stable"), kind="stable")
+        dom_order = np.argsort(np.argsort(p.domain_loads(memory), kind="stable"), kind="stable")
         tr_t, tr_h = np.nonzero(ok[:, TWRW][:, None] & np.ones((1, H), bool))
         keep = ~((cur[tr_t] == TWRW) & (dom[tr_t, tr_h] > 0.5))
         tr_t, tr_h = tr_t[keep], tr_h[keep]

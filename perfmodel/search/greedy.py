@@ -31,6 +31,7 @@ from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from ..hardware import System, link_bandwidths
 from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
+                    domain_ranks,
                     plan_arrays)
 from ..workload import RankingModel
 from .score import INFEASIBLE, eager, score_settings
@@ -71,7 +72,7 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
     B = float(model.global_batch)
     rows = np.asarray(tb.rows, np.float64)
     dim = np.asarray(tb.dim, np.float64)
-    ok, lim = _choices(masks, dim, D, L)
+    ok, lim = _choices(masks, dim, D, system.num_domains)
     widest = max(2, min(D, int(dim.max()) // int(lim.min_dim.min())))
     shards = np.repeat(np.arange(1, widest + 1, dtype=np.float32)[:, None], T, 1)
     numpy_problem = (as_numpy(system), as_numpy(model)) if fast else None
@@ -93,6 +94,8 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
     act = float(q["act"])
     buffers = 4.0 * (B / D) * pooled * 4.0
     for mode, dense in zip(("replicated", "hybrid", "fully_sharded"), q["dense"]):
+        if mode == "hybrid" and system.uneven_domains:  # hybrid needs equal domains (plan.validate_plan)
+            continue
         dense = float(dense)
         dense_mode = mode
         if dense + act + buffers < 0.5 * cap:
@@ -114,10 +117,16 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
         used[ranks] += share * ratio
         work[ranks] += load[i] / len(ranks)
 
-    def domain(i):                    # the least-used scale-up domain table i may take
+    sizes = np.asarray(system.domain_sizes)
+
+    def domain(i):                    # the least-used scale-up domain table i may take (per device)
         doms = np.flatnonzero(lim.domains[i] > 0)
-        h = int(doms[np.argmin(used.reshape(-1, L).sum(1)[doms])])
-        return list(range(h * L, h * L + L))
+        fits = doms[size[i] / sizes[doms] <= 0.5 * budget]     # a partial domain's devices hold more of it
+        doms = fits if fits.size else doms
+        per_device = (np.add.reduceat(used, np.arange(0, D, L)) / sizes if system.uneven_domains
+                      else used.reshape(-1, L).sum(1))
+        h = int(doms[np.argmin(per_device[doms])])
+        return domain_ranks(h, D, L)
 
     dp = (2.0 * rows * dim * 4.0 < out_bytes / D) & (size < 0.01 * budget) & (D > 1) & ok[:, DP]
     for i in np.flatnonzero(dp):
@@ -202,7 +211,8 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy
     (score.score_pairs)."""
     candidates = []
-    modes = [m for m in DENSE_MODES if m != "hybrid" or len(system.levels) > 1]   # hybrid on one level: fully sharded
+    # hybrid on one level is fully sharded; on unequal domains it does not exist (plan.validate_plan)
+    modes = [m for m in DENSE_MODES if m != "hybrid" or (len(system.levels) > 1 and not system.uneven_domains)]
     for dense, ar, a2a, buckets, chunks in itertools.product(
             modes, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
@@ -227,13 +237,13 @@ class _Allowed:
         return ratio if self.limits is None else self.limits.clip_cache(i, ratio)
 
 
-def _choices(masks, dim, D: int, L: int) -> tuple[np.ndarray, _Allowed]:
+def _choices(masks, dim, D: int, H: int) -> tuple[np.ndarray, _Allowed]:
     """[T, 5] the sharding types greedy may use and the rest of what it may choose (_Allowed)."""
     T = len(dim)
     if masks is None:
         cw = [[c for c in range(2, min(D, int(d) // MIN_CW_DIM) + 1) if d % c == 0] for d in dim]
         return (np.ones((T, 5), bool),
-                _Allowed(cw, np.ones((T, D)), np.ones((T, D // L)), np.full(T, MIN_CW_DIM), None))
+                _Allowed(cw, np.ones((T, D)), np.ones((T, H)), np.full(T, MIN_CW_DIM), None))
     lim = masks.limits
     cw = [masks.cw(t) for t in range(T)]        # [] where column_wise is not allowed
     return (np.asarray(masks.types) > -1, _Allowed(cw, np.asarray(lim.devices),

@@ -128,14 +128,27 @@ class ShardCosts:
         return np.stack([ok(self.dp).all(1), ok(self.tw), ok(self.cw).any(1), ok(self.rw).all(1),
                          ok(self.twrw).all(1)], axis=1)
 
-    def loads(self, pa, domain_size: int) -> jax.Array:
-        """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`."""
+    def loads(self, pa, domain_sizes: int | tuple[int, ...]) -> jax.Array:
+        """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`, on domains
+        of `domain_sizes` devices (a number: all equal; System.domain_sizes). A partial last
+        domain's devices hold L / L' times a full domain's table-row-wise share: their cost is the
+        full domain's first L' devices' scaled by that much (assumed: the cost grows with the
+        shard)."""
         S = pa.shard_type
         D = pa.placement.shape[1]
+        if isinstance(domain_sizes, int):
+            domain_sizes = (domain_sizes,) * (D // domain_sizes)
         k = jnp.clip(jnp.round(pa.cw_shards).astype(jnp.int32), 0, self.cw.shape[1] - 1)
         cw = jnp.take_along_axis(self.cw, k[:, None], axis=1)[:, 0]
         held = pa.placement * pa.cw_shards[:, None]           # 1 on each device holding a table- or column-wise shard
-        twrw = jnp.repeat(pa.domain_placement, domain_size, axis=1) * jnp.tile(self.twrw, (1, D // domain_size))
+        L, H = domain_sizes[0], len(domain_sizes)
+        if all(s == L for s in domain_sizes):
+            twrw = jnp.repeat(pa.domain_placement, L, axis=1) * jnp.tile(self.twrw, (1, H))
+        else:
+            sizes = np.asarray(domain_sizes)
+            grow = np.repeat(L / sizes, sizes).astype(np.float32)
+            twrw = (jnp.repeat(pa.domain_placement, sizes, axis=1, total_repeat_length=D)
+                    * jnp.tile(self.twrw, (1, H))[:, :D] * grow)
         on = lambda j, x: jnp.where(S[:, j:j + 1] > 0.5, x, 0.0)
         per = on(DP, self.dp) + on(RW, self.rw) + on(TW, self.tw[:, None] * held) + on(CW, cw[:, None] * held) \
             + on(TWRW, twrw)
@@ -153,7 +166,7 @@ class ShardCosts:
     def device_loads(self, plan: Plan, system: System, model: RankingModel) -> np.ndarray:
         """[D] each device's sum of its shards' costs under a discrete Plan, seconds (one compiled
         program rather than one per operation)."""
-        return np.asarray(_plan_loads(self, plan_arrays(plan, system, model), system.domain_size))
+        return np.asarray(_plan_loads(self, plan_arrays(plan, system, model), system.domain_sizes))
 
     def value(self, plan: Plan, system: System, model: RankingModel) -> float:
         """The plan's guard value: the busiest device's sum of its shards' costs, seconds."""

@@ -120,7 +120,7 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
         c["t"].append(t), c["st"].append(st), c["devs"].append(list(devs) + [-1] * (CW_MOVE_SHARDS - len(devs)))
         c["k"].append(len(devs) if st == CW else 1), c["dom"].append(dom), c["cache"].append(cache)
     ok = p.allowed
-    dom_load = memory.reshape(H, L).sum(1)
+    dom_load = p.domain_loads(memory)
     for t in src_tables:
         cache = plan.tables[names[t]].cache_ratio
         if ok[t, TW]:
@@ -254,7 +254,7 @@ def moved(p: Problem, plan: Plan, c: dict, i: int) -> Plan:
         ranks = sorted(int(d) for d in c["devs"][i] if d >= 0)
     elif st == TWRW:
         h = int(c["dom"][i])
-        ranks = list(range(h * p.L, h * p.L + p.L))
+        ranks = p.domain_ranks(h)
     else:
         ranks = list(range(p.D))
     tables = dict(plan.tables)
@@ -295,7 +295,7 @@ def kick(p: Problem, plan: Plan, rng: np.random.Generator) -> Plan:
             ranks = sorted(int(d) for d in rng.choice(devs, size=k, replace=False))
         elif st == TWRW:
             h = int(rng.integers(p.H)) if lim is None else int(rng.choice(np.flatnonzero(lim.domains[t] > 0)))
-            ranks = list(range(h * L, h * L + L))
+            ranks = p.domain_ranks(h)
         else:
             ranks = list(range(D))
         tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)

@@ -16,7 +16,7 @@ import numpy as np
 from ..cost.arrays import as_numpy
 from ..hardware import System
 from ..constraints import TOL
-from ..plan import CW, DP, TW, TWRW, Plan, plan_arrays, stack
+from ..plan import CW, DP, TW, TWRW, Plan, domain_ranks, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
 from .relax import Masks
@@ -56,7 +56,7 @@ class Problem:
         system, model = self.system, self.model
         T, D = model.tables.count, system.num_chips
         put = lambda k, v: object.__setattr__(self, k, v)
-        put("T", T), put("D", D), put("L", system.domain_size), put("H", D // system.domain_size)
+        put("T", T), put("D", D), put("L", system.domain_size), put("H", system.num_domains)
         put("max_batch", self.max_batch or sc.batch_size(system, model))
         put("exhaustive", sc.is_exhaustive(system, model))
         put("in_program", sc.in_program(system, model))
@@ -80,6 +80,19 @@ class Problem:
     # ------------------------------------------------------------------ scoring
     def arrays(self, plan: Plan, tables=None):
         return plan_arrays(plan, self.system, self.model, tables)
+
+    def domain_ranks(self, h: int) -> list[int]:
+        """The ranks of scale-up domain h (a partial last one holds fewer)."""
+        return domain_ranks(h, self.D, self.L)
+
+    def domain_loads(self, x) -> np.ndarray:
+        """[H]: a [D] per-device quantity summed over each scale-up domain, a partial one's as a full
+        one's would be at its devices' mean (L / L' times its sum): what orders domains by load."""
+        x = np.asarray(x)
+        if not self.system.uneven_domains:
+            return x.reshape(self.H, self.L).sum(1)
+        sizes = np.asarray(self.system.domain_sizes)
+        return np.add.reduceat(x, np.arange(0, self.D, self.L)) * (self.L / sizes)
 
     def details_of(self, pa) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
@@ -180,7 +193,8 @@ def _column_splits(p: Problem) -> tuple[np.ndarray, ...]:
         return empty
     heavy, replicated, ok = p.heavy, p.replicated, p.allowed
     K, out = len(replicated), []
-    for c in (c for c in SPLIT_WIDTHS if c <= min(L, D) and L % c == 0):
+    sizes = np.asarray(p.system.domain_sizes)
+    for c in (c for c in SPLIT_WIDTHS if c <= min(L, D) and not (sizes % c).any()):
         fits = ok[:, CW] & np.asarray([c in k for k in p.cw_moves])
         if not fits.any():
             continue
@@ -191,7 +205,8 @@ def _column_splits(p: Problem) -> tuple[np.ndarray, ...]:
             twrw[:, heavy] = (left & ok[:, TWRW])[:, heavy] & (rank <= n)
             dom_load = np.zeros((K, H))
             doms = fill(heavy, twrw, p.weight, dom_load)
-            blocks = np.repeat(dom_load / (L // c), L // c, axis=1)              # [K, D / c]
+            per = sizes // c                                                     # blocks per domain
+            blocks = np.repeat(dom_load / per, per, axis=1)                      # [K, D / c]
             cw = left & ~twrw & fits[None, :]
             first = fill(heavy, cw, p.weight, blocks) * c
             types = np.where(replicated, DP, np.where(twrw, TWRW, CW))

@@ -82,7 +82,7 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
     """The allowed choices: the model's and system's, the search's sharding types and precisions,
     and the per-table constraints (`limits`, constraints.resolve)."""
     T, D, L = model.tables.count, system.num_chips, system.domain_size
-    limits = limits if limits is not None else unlimited(T, D, D // L)
+    limits = limits if limits is not None else unlimited(T, D, system.num_domains)
     dims = np.asarray(model.tables.dim).astype(int)
     seq = np.asarray(model.tables.sequence) > 0
     types = np.where(np.asarray(limits.types) > 0, 0.0, NEG).astype(np.float32)
@@ -112,8 +112,8 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
             algos[c, ALGORITHMS.index(a)] = 0.0
     prec = lambda allowed: np.asarray([0.0 if p in allowed else NEG for p in PRECISIONS], np.float32)
     dense = np.asarray([0.0 if m in dense_modes else NEG for m in DENSE_MODES], np.float32)
-    if len(system.levels) == 1:
-        dense[DENSE_MODES.index("hybrid")] = NEG       # hybrid = fully sharded with one domain
+    if len(system.levels) == 1 or system.uneven_domains:
+        dense[DENSE_MODES.index("hybrid")] = NEG       # hybrid = fully sharded with one domain; none on unequal ones
     return Masks(types, algos, prec(precisions), prec(precisions), dense, k_max,
                  np.float32(1.0 if float(system.offload.engines) > 0 else 0.0), shards, limits)
 
@@ -122,7 +122,7 @@ def init_params(rng: np.random.Generator, system: System, model: RankingModel, r
                 scale: float = 0.5) -> SoftParams:
     """`restarts` random relaxed plans (leading axis), float32 numpy: no XLA program to compile."""
     T, D = model.tables.count, system.num_chips
-    H = D // system.domain_size
+    H = system.num_domains
     R = restarts
     n = lambda *shape: (scale * rng.standard_normal((R, *shape))).astype(np.float32)
     full = lambda v, *shape: np.full((R, *shape), v, np.float32)

@@ -84,7 +84,7 @@ def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
     per_device = loads(bd, emb)
     over_guard = None
     if guard is not None:
-        by_guard = guard.loads(pa, system.domain_size)
+        by_guard = guard.loads(pa, system.domain_sizes)
         per_device, over_guard = jnp.concatenate([per_device, by_guard[None]]), guard.over(by_guard)
     score = constrained(score_of(bd, over_guard), pa, limits)
     return score, score * (1.0 + TIE * spread(per_device)), bd, per_device
@@ -118,7 +118,7 @@ def in_program(system: System, model: RankingModel) -> bool:
     """Whether batches of compound moves and setting changes are built in compiled programs: when a
     batch's table arrays (batch_size plans) take more than PROGRAM_BATCH_BYTES."""
     T, D, L = model.tables.count, system.num_chips, system.domain_size
-    return batch_size(system, model) * T * (5 + D + D // L + 2) * 4 > PROGRAM_BATCH_BYTES
+    return batch_size(system, model) * T * (5 + D + system.num_domains + 2) * 4 > PROGRAM_BATCH_BYTES
 
 
 def eager(system: System, model: RankingModel, guard=None) -> bool:

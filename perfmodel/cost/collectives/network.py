@@ -5,6 +5,11 @@ NCCL's protocol constants (nccl.py) with the chip's own figures.
 A level l joins fanout_l sub-domains; its per-chip bandwidth is B_l = B_link x efficiency /
 oversubscription_l (efficiency: the achievable share of the line rate, hardware.link_efficiencies)
 and its per-step latency alpha_l (hardware.level_latency_s, the LL protocol's for the cores).
+
+A partial system (its last domain holds fewer chips: hardware.System.partial) has the shape of the
+smallest full system holding it (hardware.padded_sizes) and `crowding`: the collectives'
+coefficients of each level scaled by how much more of a level's traffic its busiest chip carries
+than on the full shape (partial_crowding).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...hardware import System, level_latency_s, link_bandwidths, link_efficiencies
+from ...hardware import (System, level_latency_s, link_bandwidths, link_efficiencies, padded_sizes, peers_per_level,
+                         present_in_domains)
 from ..arrays import lead, xp_of
 from . import nccl
 
@@ -66,6 +72,7 @@ class Net:
     proto_step: dict = None
     proto_share: tuple = nccl.PROTOCOL_SHARE
     nvls_latency_s: object = nccl.NVLS_LATENCY_S
+    crowding: tuple = None     # partial systems: (per level through one chip per domain, direct), partial_crowding
 
     def retuned(self, **changes) -> "Net":
         """This Net with some latencies, bandwidths or protocol figures changed, its terms recomputed
@@ -111,10 +118,10 @@ def make_net(system: System, offload) -> Net:
     links = {"scale_up": up * e_up, "scale_out": out * e_out}
     fan, size, link, kind, reduces, bw, over, alpha = [], [], [], [], [], [], [], []
     prev = 1
-    for lv in system.levels:
-        fan.append(lv.size // prev)
-        size.append(lv.size)
-        prev = lv.size
+    for lv, full in zip(system.levels, padded_sizes(system)):
+        fan.append(full // prev)
+        size.append(full)
+        prev = full
         link.append(lv.link)
         kind.append(_kind(system, lv))
         reduces.append(bool(lv.switch_reduction))
@@ -133,8 +140,45 @@ def make_net(system: System, offload) -> Net:
     net = Net(tuple(fan), tuple(size), tuple(link), tuple(kind), tuple(reduces), bw, links, over, alpha,
               msgs, o, engine_Bps, setup, chip.hbm_Bps * chip.hbm_eff, channels=chip.core_channels,
               ll_max_Bps=chip.ll_max_Bps, nvls_Bps=up * chip.nvls_eff / over0, nvls_channels=chip.nvls_channels,
-              innet_latency_s=nccl.INNET_LATENCY_S + 2.0 * nic.latency_s, terms=None, proto_step=steps)
+              innet_latency_s=nccl.INNET_LATENCY_S + 2.0 * nic.latency_s, terms=None, proto_step=steps,
+              crowding=partial_crowding(system) if system.partial else None)
     return dataclasses.replace(net, terms=_terms(net))
+
+
+def partial_crowding(system: System) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """How much more of each level's traffic the busiest chip of a partial system carries than a
+    chip of the full shape (padded_sizes) the algorithms' coefficients describe, per level:
+
+    through  algorithms that leave a domain through one chip at a time, the crossings spread over
+             the domain's members (a ring's edge between domains, a tree's link up, a hierarchical
+             form's stage across domains on the chip's 1/L share): a domain of L' < L chips sends
+             and receives what a full one does over L' chips' links, so level l's bytes per chip
+             are L_(l-1) / L'_(l-1) times the full shape's (the fewest chips among level-(l-1)
+             domains that have a sibling); the inner levels run at the full domain's size, and a
+             partial domain's own inner stage, on fewer chips, is never the slower one
+    direct   a direct transfer over the whole system sends S / n to each peer: the busiest chip's
+             bytes at level l are max_d peers_l(d) / n, against the full shape's
+             (P_l - P_(l-1)) / N (N = P_top chips); a device of the partial domain has fewer
+             peers inside it and more beyond
+    Latencies keep the full shape's step counts: the busiest device of a partial system has as
+    many peers beyond its domain ((H - 1) L, as on the full shape), and a ring's n - 1 hops are
+    counted as N - 1 (an overestimate by (N - n) / (n - 1) of its latency term).
+    """
+    present = present_in_domains(system)
+    sizes = [lv.size for lv in system.levels]
+    through = [1.0]
+    for l in range(1, len(sizes)):
+        starts = np.arange(0, system.num_chips, sizes[l - 1])          # one device per level-(l-1) domain
+        own = present[starts, l - 1]
+        siblings = present[starts, l] > own                            # the level-l domain holds more
+        fewest = own[siblings].min() if siblings.any() else sizes[l - 1]
+        through.append(float(sizes[l - 1] / fewest))
+    n, full = system.num_chips, padded_sizes(system)
+    N = full[-1]
+    peers = peers_per_level(system).max(axis=0)
+    padded = np.diff([1] + list(full))
+    direct = tuple(float((p / n) / (q / N)) if q else 1.0 for p, q in zip(peers, padded))
+    return tuple(through), direct
 
 
 def shape(net: Net):

@@ -92,6 +92,8 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     if tab is None:
         z = xp.zeros(S.shape + (4,), np.float32)
         return z, z
+    if net.crowding is not None:
+        tab = _crowded(net, tab, lo, hi)
     t = net.terms
     inv_bw = t.inv_bw
     slowest = lambda C: hard_max(xp_of(inv_bw).sum(C * inv_bw, axis=-1), -1)
@@ -135,6 +137,19 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     if op == "all_reduce" and has_nvls(net, lo, hi):
         core = _with(xp, core, DIRECT, xp.minimum(core[..., DIRECT], _nvls(net, S)))
     return eng, core
+
+
+def _crowded(net: Net, tab: dict, lo: int, hi: int) -> dict:
+    """A partial system's coefficients (network.partial_crowding): each level's bytes scaled by what
+    its busiest chip carries more than on the full shape; the engines' tree sends 2 S at every
+    level from every chip, a partial domain or not."""
+    through, direct = (np.asarray(c, np.float32) for c in net.crowding)
+    whole = lo == 0 and hi == len(net.fanout) - 1
+    per_algo = np.stack([through, direct if whole else np.ones_like(direct), through, through])      # [A, K]
+    engines = per_algo.copy()
+    engines[TREE] = 1.0
+    return {**tab, "core_bytes": tab["core_bytes"] * per_algo[:, None, None, :],
+            "eng_bytes": tab["eng_bytes"] * engines[:, None, None, :]}
 
 
 def _with(xp, times, a: int, value):
