@@ -23,6 +23,11 @@ of the algorithms the model has (all-reduce: ring, tree, NVLS and in-network whe
 all-gather and reduce-scatter: ring). All-to-all uses the direct form inside a node and the
 hierarchical one across.
 
+The harness that timed a row (column harness) launches its calls ahead of the GPUs: a row's
+prediction is the larger of the model's time and the harness's per-call floor (harness_floors: the
+median of its small one-node rows, one figure per harness across all its datasets; none for one
+process per GPU). The presets, and so whole steps, never see it.
+
 Error of a row: predicted / measured time - 1. Per dataset: the geometric-mean error
 exp(mean |ln(t_pred / t_meas)|) - 1 (a 2x miss either way counts as 100 %), and the largest one.
 """
