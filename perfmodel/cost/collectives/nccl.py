@@ -48,6 +48,21 @@ NVLS_LATENCY_S = 25e-6
 INNET_LATENCY_S = 31e-6
 
 
+# source: tuning.cc treeCorrectionFactor[Simple], the share of its bandwidth NCCL gives a tree
+# all-reduce of 64 x 2^i bytes (i = 0..22: 64 B - 256 MiB, a table of 23); larger ones get it whole.
+# shared/NCCL-FACTS.md lists the row with a third trailing 0.9, one more than the 23 bins it names
+TREE_CORRECTION_SIMPLE = (0.9,) * 7 + (0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9)
+
+
+def tree_correction(xp, S):
+    """NCCL's bandwidth share of a Simple tree all-reduce of S bytes (TREE_CORRECTION_SIMPLE), its
+    steps joined linearly in log2(S) between their middles, so the time is continuous in S."""
+    f = TREE_CORRECTION_SIMPLE + (1.0,)
+    middles = np.arange(len(f), dtype=np.float32) + np.float32(0.5)
+    x = xp.log2(xp.maximum(S, np.float32(64.0)) / np.float32(64.0))
+    return xp.interp(x, middles, np.asarray(f, np.float32)).astype(np.float32)     # numpy's interp gives float64
+
+
 # NVLS's pipeline fills and drains through NCCL_STEPS = 8 slots each way (src/include/collectives.h):
 # 16 chunks of each channel's time before its rate holds (assumed: the measured 8 x H200 NVLS curve
 # sits above S / rate + latency by 15-60 us at 4 MiB - 1 GiB, as 16 chunks of 16-128 KiB take)
