@@ -48,6 +48,11 @@ NVLS_LATENCY_S = 25e-6
 INNET_LATENCY_S = 31e-6
 
 
+# source: tuning.cc ncclTopoTuneModel, a tree's bus bandwidth under each protocol: "Tree LL:
+# busBw / 3.8", "Tree LL128: busBw x 7/9" on one node and x 120/128 on several, "Tree AllReduce:
+# 0.92 x busBw" (Simple)
+TREE_PROTOCOL_SHARE = (1.0 / 3.8, 7.0 / 9.0, 0.92)
+TREE_LL128_SHARE_MULTINODE = 120.0 / 128.0
 # source: tuning.cc treeCorrectionFactor[Simple], the share of its bandwidth NCCL gives a tree
 # all-reduce of 64 x 2^i bytes (i = 0..22: 64 B - 256 MiB, a table of 23); larger ones get it whole.
 # shared/NCCL-FACTS.md lists the row with a third trailing 0.9, one more than the 23 bins it names

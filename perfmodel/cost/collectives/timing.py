@@ -121,13 +121,18 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
         return hard_min(lat + bw / nc, -1)
 
     hbm = lambda x: x * 3.0 / net.hbm_Bps                   # a reduction reads two operands, writes one
-    # NCCL's tree all-reduce reaches only part of its bandwidth at mid sizes (nccl.tree_correction,
-    # Simple protocol)
+    # NCCL's tree all-reduce has its own share of the bus bandwidth under each protocol
+    # (nccl.TREE_PROTOCOL_SHARE over the ring's), and with Simple reaches only part of it at mid
+    # sizes (nccl.tree_correction)
     slower = 1.0
     if op == "all_reduce":
+        share = np.ones((4,) + tab["nodes"].shape[1:] + (len(nccl.PROTOCOLS),), np.float32)
+        tree = np.asarray(nccl.TREE_PROTOCOL_SHARE, np.float32)[None, :].repeat(share.shape[1], 0)
+        tree[tab["nodes"][TREE] > 1, 1] = nccl.TREE_LL128_SHARE_MULTINODE
+        share[TREE] = np.asarray(nccl.PROTOCOL_SHARE, np.float32) / tree
         on_tree = np.zeros((4, 1, len(nccl.PROTOCOLS)), np.float32)
         on_tree[TREE, 0, 2] = 1.0
-        slower = 1.0 + on_tree * (1.0 / nccl.tree_correction(xp, S)[..., None, None, None] - 1.0)
+        slower = share * (1.0 + on_tree * (1.0 / nccl.tree_correction(xp, S)[..., None, None, None] - 1.0))
     core_c = xp.sum(xp.maximum(timed(core_l, s * comp_slow, s * ll_bus, over_S, slower), hbm(s * reduced)), axis=-1)
     live = tab["live"][..., None]
     per_pipe = np.max(np.where(live > 0, over_S * np.maximum(tab["scale"], 1e-30)[..., None], 0.0), axis=1)   # [A, P]
