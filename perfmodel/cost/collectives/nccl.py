@@ -14,6 +14,10 @@ the link, the per-call cost) is in the chip preset's [core_collectives].
               channels (enqueue.cc topoGetAlgoInfo): 32 KiB a channel for Simple (512 threads x 64 B),
               5 KiB for LL128 (640 x 8), 4 KiB x ranks for a ring's LL (512 x 8 x nRanks); its bandwidth
               is nc / channels of the whole. NVLS keeps all its channels.
+  tree        a tree all-reduce has NCCL's own protocol shares (LL 1/3.8, LL128 7/9 on one node and
+              120/128 across nodes, Simple 0.92) and, with Simple, its treeCorrectionFactor by size
+              (0.5-0.9 between 8 KiB and 256 MiB); between two nodes its two trees run opposite ways,
+              so each byte crosses the network once each way (algorithms.py).
   NVLS        (one scale-up domain whose switch reduces) each chip's link carries S (n+1)/n each way,
               at the NVLS share of the line rate (the chip's scale_up nvls_efficiency: NCCL's 8-GPU
               figure, 8 heads x min(bwIntra x nvlsEfficiency x 7/8 x 2, bwInter), as a share of the
