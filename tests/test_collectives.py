@@ -303,3 +303,51 @@ def test_protocol_choice_has_finite_gradients():
     for S in SIZES:
         g = jax.grad(t)(1.0, jnp.float32(S))
         assert np.isfinite(float(g)) and float(g) <= 0.0
+
+
+def test_tree_between_two_nodes_sends_each_byte_once_each_way():
+    """NCCL's double binary tree on two nodes: each node roots one tree and is the leaf of the other,
+    so each direction of the network carries S per node (S / 8 per chip of 8), half of what it
+    carries on more nodes (2 S / 8). p4de: 4 x 100 Gb/s EFA per 8 GPUs at 97 % = 6.0625 GB/s a chip,
+    of which a tree all-reduce across nodes gets NCCL's 120/128 with LL128 (0.92 with Simple, so
+    LL128 is the faster even at 16 GiB); the network sets the time."""
+    big = jnp.float32(2.0**34)
+    times = {}
+    for n in (16, 64):
+        net = coll.make_net(pm.load_system(f"a100p4de-{n}"), 0.0)
+        times[n] = float(coll.all_reduce(net, big, 0, 1, ONE["tree"]))
+    assert times[16] == pytest.approx(2.0**34 / 8 / (0.97 * 50e9 / 8) / (120 / 128), rel=0.01)
+    assert times[64] == pytest.approx(2 * times[16], rel=0.02)
+
+
+def test_tree_correction_is_ncclss_table_joined_continuously():
+    """At the middle of each of NCCL's size bins the share is the table's (tuning.cc
+    treeCorrectionFactor, Simple); beyond 256 MiB the tree gets its whole bandwidth; the share is
+    continuous in between, the same in numpy and jax, with a finite gradient."""
+    from perfmodel.cost.collectives import nccl
+    table = nccl.TREE_CORRECTION_SIMPLE
+    middles = 64.0 * 2.0 ** (np.arange(len(table)) + 0.5)
+    assert np.allclose(nccl.tree_correction(np, middles.astype(np.float32)), table, atol=1e-6)
+    assert float(nccl.tree_correction(jnp, jnp.float32(2.0**31))) == 1.0
+    assert nccl.tree_correction(np, np.float32(2.0**20)).dtype == np.float32
+    S = np.float32(3 * 2**20)
+    assert float(nccl.tree_correction(jnp, jnp.float32(S))) == pytest.approx(float(nccl.tree_correction(np, S)))
+    g = jax.grad(lambda s: nccl.tree_correction(jnp, s))(jnp.float32(S))
+    assert np.isfinite(float(g))
+    fine = np.float32(2.0) ** np.linspace(6, 30, 2000, dtype=np.float32)
+    assert np.max(np.abs(np.diff(nccl.tree_correction(np, fine)))) < 0.02       # no step
+
+
+def test_tree_all_reduce_is_slowed_by_ncclss_correction_at_mid_sizes():
+    """On one node of 8 x A100 the tree is a chain carrying 2 S a chip over NVLink3's 240 GB/s, at
+    NCCL's 0.92 share for a Simple tree (LL128's 7/9 on one node is the slower); from 512 MiB up
+    the share is whole, so two large sizes give the transfer and the latency; in NCCL's last 0.9 bin
+    (192 MiB) the transfer takes 1 / 0.9 as long."""
+    net = coll.make_net(pm.load_system("a100-8"), 0.0)
+    tree = lambda S: float(coll.all_reduce(net, jnp.float32(S), 0, 0, ONE["tree"]))
+    transfer = lambda S: 2 * S / 240e9 / 0.92
+    assert tree(2.0**31) - tree(2.0**30) == pytest.approx(transfer(2.0**30), rel=1e-3)
+    latency = 2 * tree(2.0**30) - tree(2.0**31)
+    assert 0 < latency < 100e-6
+    S = 192 * 2**20
+    assert tree(S) == pytest.approx(latency + transfer(S) / 0.9, rel=1e-3)

@@ -130,12 +130,16 @@ def _tree_c(shape, lo: int, hi: int, scale: float) -> Comp:
         Ce[l, l] = 2.0 * scale                           # the slowest level's 2 S / B_l
     He[0, _feature(K, lo, hi)] = 2 * math.ceil(math.log2(n))
     # NCCL runs one tree per channel, each leaving the domain through a different chip's link: the
-    # 2 S a domain sends up and down the inter-domain tree is spread over the domain's members
+    # 2 S a domain sends up and down the inter-domain tree is spread over the domain's members.
+    # Between two domains the double binary tree's two trees run opposite ways (each domain is the
+    # root of one and the leaf of the other), so each direction of the link carries S, not 2 S
+    # (sjeaugey, nccl-tests#196: "on two nodes ... tree can go beyond the network bottleneck")
     Cc, Hc, steps = _blank(K)
     Cc[LINKS.index(link[lo]), lo] += 2.0 * scale
     below = m
+    per_dir = 1.0 if outer == 2 else 2.0
     for l in range(lo + 1, hi + 1):
-        Cc[LINKS.index(link[l]), l] += 2.0 * scale / below
+        Cc[LINKS.index(link[l]), l] += per_dir * scale / below
         below *= fanout[l]
     Hc[0, lo] += 2 * (m - 1)
     steps[0, KINDS.index(kind[lo])] += 2 * (m - 1)

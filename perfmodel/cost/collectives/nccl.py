@@ -14,6 +14,10 @@ the link, the per-call cost) is in the chip preset's [core_collectives].
               channels (enqueue.cc topoGetAlgoInfo): 32 KiB a channel for Simple (512 threads x 64 B),
               5 KiB for LL128 (640 x 8), 4 KiB x ranks for a ring's LL (512 x 8 x nRanks); its bandwidth
               is nc / channels of the whole. NVLS keeps all its channels.
+  tree        a tree all-reduce has NCCL's own protocol shares (LL 1/3.8, LL128 7/9 on one node and
+              120/128 across nodes, Simple 0.92) and, with Simple, its treeCorrectionFactor by size
+              (0.5-0.9 between 8 KiB and 256 MiB); between two nodes its two trees run opposite ways,
+              so each byte crosses the network once each way (algorithms.py).
   NVLS        (one scale-up domain whose switch reduces) each chip's link carries S (n+1)/n each way,
               at the NVLS share of the line rate (the chip's scale_up nvls_efficiency: NCCL's 8-GPU
               figure, 8 heads x min(bwIntra x nvlsEfficiency x 7/8 x 2, bwInter), as a share of the
@@ -46,6 +50,30 @@ NVLS_LATENCY_S = 25e-6
 # source: tuning.cc hwLatencies[NET][CollNetDirect][Simple] = 31 us (plus the NIC's latency, twice
 # for Simple: "flush extra latency")
 INNET_LATENCY_S = 31e-6
+
+
+# source: tuning.cc ncclTopoTuneModel, a tree's bus bandwidth under each protocol: "Tree LL:
+# busBw / 3.8", "Tree LL128: busBw x 7/9" on one node and x 120/128 on several, "Tree AllReduce:
+# 0.92 x busBw" (Simple)
+TREE_PROTOCOL_SHARE = (1.0 / 3.8, 7.0 / 9.0, 0.92)
+TREE_LL128_SHARE_MULTINODE = 120.0 / 128.0
+# source: tuning.cc treeCorrectionFactor[Simple], the share of its bandwidth NCCL gives a tree
+# all-reduce of 64 x 2^i bytes (i = 0..22: 64 B - 256 MiB, a table of 23); larger ones get it whole.
+# shared/NCCL-FACTS.md lists the row with a third trailing 0.9, one more than the 23 bins it names
+TREE_CORRECTION_SIMPLE = (0.9,) * 7 + (0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9)
+
+
+def tree_correction(xp, S):
+    """NCCL's bandwidth share of a Simple tree all-reduce of S bytes (TREE_CORRECTION_SIMPLE), its
+    steps joined linearly in log2(S) between their middles, so the time is continuous in S."""
+    # a sum of unit ramps, one per change of the table (elementwise: no search, no gather)
+    f = TREE_CORRECTION_SIMPLE + (1.0,)
+    x = xp.log2(xp.maximum(S, np.float32(64.0)) / np.float32(64.0))
+    out = np.float32(f[0])
+    for i in range(len(f) - 1):
+        if f[i + 1] != f[i]:
+            out = out + np.float32(f[i + 1] - f[i]) * xp.clip(x - np.float32(i + 0.5), 0.0, 1.0)
+    return out
 
 
 # NVLS's pipeline fills and drains through NCCL_STEPS = 8 slots each way (src/include/collectives.h):

@@ -114,8 +114,8 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     comp_slow, core_l, ll_bus, over_S = _core_parts(net, tab)
     ch = net.channels
 
-    def timed(lat, bytes_s, bus_s, per_ch):           # [..., X, P] latencies; [..., X] bytes and bus times
-        bw = bytes_s[..., None] / t.share
+    def timed(lat, bytes_s, bus_s, per_ch, slower=1.0):   # [..., X, P] latencies; [..., X] bytes and bus times
+        bw = bytes_s[..., None] / t.share * slower
         bw = xp.concatenate([xp.maximum(bw[..., :1], bus_s[..., None]), bw[..., 1:]], axis=-1)    # LL's cap
         per = np.where(per_ch > 0, per_ch, 1.0).astype(np.float32)       # (0: no reduction by size)
         nc = xp.minimum(1.0, xp.maximum(1.0 / ch, S.reshape(S.shape + (1,) * per_ch.ndim) / (ch * per)))
@@ -123,7 +123,19 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
         return hard_min(lat + bw / nc, -1)
 
     hbm = lambda x: x * 3.0 / net.hbm_Bps                   # a reduction reads two operands, writes one
-    core_c = xp.sum(xp.maximum(timed(core_l, s * comp_slow, s * ll_bus, over_S), hbm(s * reduced)), axis=-1)
+    # NCCL's tree all-reduce has its own share of the bus bandwidth under each protocol
+    # (nccl.TREE_PROTOCOL_SHARE over the ring's), and with Simple reaches only part of it at mid
+    # sizes (nccl.tree_correction)
+    slower = 1.0
+    if op == "all_reduce":
+        share = np.ones((4,) + tab["nodes"].shape[1:] + (len(nccl.PROTOCOLS),), np.float32)
+        tree = np.asarray(nccl.TREE_PROTOCOL_SHARE, np.float32)[None, :].repeat(share.shape[1], 0)
+        tree[tab["nodes"][TREE] > 1, 1] = nccl.TREE_LL128_SHARE_MULTINODE
+        share[TREE] = np.asarray(nccl.PROTOCOL_SHARE, np.float32) / tree
+        on_tree = np.zeros((4, 1, len(nccl.PROTOCOLS)), np.float32)
+        on_tree[TREE, 0, 2] = 1.0
+        slower = share * (1.0 + on_tree * (1.0 / nccl.tree_correction(xp, S)[..., None, None, None] - 1.0))
+    core_c = xp.sum(xp.maximum(timed(core_l, s * comp_slow, s * ll_bus, over_S, slower), hbm(s * reduced)), axis=-1)
     live = tab["live"][..., None]
     per_pipe = np.max(np.where(live > 0, over_S * np.maximum(tab["scale"], 1e-30)[..., None], 0.0), axis=1)   # [A, P]
     core_p = xp.maximum(timed(xp.sum(core_l * live, axis=-2), s1 * slowest(tab["core_bytes"].sum(1)),
