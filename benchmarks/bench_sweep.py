@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed sweep calls after the first (default 3)")
     ap.add_argument("--only", choices=("fixed", "replanned"), help="run one of the two benchmarks")
     ap.add_argument("--workers", type=int, default=2, help="replanned: pool processes and Ray CPUs (default 2)")
+    ap.add_argument("--iterations", type=int, default=STUDY_ITERATIONS,
+                    help=f"replanned: search rounds per point (default: the studies', {STUDY_ITERATIONS})")
     ap.add_argument("--no-ray", action="store_true", help="replanned: skip the Ray run")
     ap.add_argument("--warm-start", action="store_true", help="replanned: also the warm-start chain study")
     args = ap.parse_args()
@@ -67,14 +69,14 @@ def replanned(args) -> None:
     system = pm.load_system("h100-64")
     model = pm.load_model("dlrm-dcnv2-mlperf")
     vary = {"scale_out_bandwidth_GBps": np.linspace(25, 400, 16)}
-    make = planner("search")
+    make = planner("search", iterations=args.iterations)
     print(f"  replanned: {model.name} on {system.name}, scale_out_bandwidth_GBps 25-400 (16 points); per point "
-          f"{make.label}: pm.search gradient, iterations={STUDY_ITERATIONS}, budget_s=None, no warm start")
+          f"{make.label}: pm.search gradient, iterations={args.iterations}, budget_s=None, no warm start")
     t = time.perf_counter()
     make(system, model)                  # fills the compile cache the workers read
-    print(f"  one search here (compile or cache load, then {STUDY_ITERATIONS} rounds): {time.perf_counter() - t:6.1f} s")
+    print(f"  one search here (compile or cache load, then {args.iterations} rounds): {time.perf_counter() - t:6.1f} s")
     t = time.perf_counter()
-    pool = columns(pm.sweep(system, model, vary, workers=args.workers))
+    pool = columns(pm.sweep(system, model, vary, plan=make, workers=args.workers))
     wall = time.perf_counter() - t
     print(f"  process pool, {args.workers} workers: {wall:6.1f} s   "
           f"[{'PASS' if wall <= REPLANNED_TARGET_S else 'MISS'}: target <= {REPLANNED_TARGET_S:g} s]")
@@ -87,7 +89,7 @@ def replanned(args) -> None:
         ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
         try:
             t = time.perf_counter()
-            on_ray = columns(pm.sweep(system, model, vary, executor="ray"))
+            on_ray = columns(pm.sweep(system, model, vary, plan=make, executor="ray"))
             wall = time.perf_counter() - t
         finally:
             ray.shutdown()

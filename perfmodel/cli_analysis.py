@@ -299,7 +299,7 @@ def add_planning(p, executors: bool = False) -> None:
     p.add_argument("--plan", help="search (default: a search per system or point), greedy, or a plan JSON (fixed; "
                                   "it must fit every system)")
     p.add_argument("--iterations", type=int, help="search rounds per system or point (default "
-                                                  "perfmodel.analysis.STUDY_ITERATIONS, 150)")
+                                                  "perfmodel.analysis.STUDY_ITERATIONS, 300)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     if executors:
         p.add_argument("--workers", type=int, help="processes searching points in parallel (default: the cores)")
