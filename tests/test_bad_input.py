@@ -55,7 +55,7 @@ def csv(folder: Path, name: str, *rows: str) -> str:
     """A folder holding one dataset CSV with `rows` under validate's header."""
     d = folder / name
     d.mkdir()
-    (d / f"{name}.csv").write_text("system,collective,algorithm,size_bytes,metric,value,source,note\n"
+    (d / f"{name}.csv").write_text("system,collective,algorithm,size_bytes,metric,value,harness,source,note\n"
                                    + "".join(r + "\n" for r in rows))
     return str(d)
 
@@ -65,7 +65,7 @@ EVAL = ["evaluate", *S8, *SMALL]
 SWEEP = ["sweep", *S8, *SMALL]
 TIMELINE = ["plot", "timeline", *S8, *SMALL]
 HUGE_COUNT = "1" + "0" * 30
-ROW = "a100-8,all_reduce,ring,{size},busbw_GBps,18,nccl-tests,"
+ROW = "a100-8,all_reduce,ring,{size},busbw_GBps,18,nccl-tests,nccl-tests,"
 
 # The twelve chip fields whose 1e-300 became 0 in float32 and a NaN step time.
 TINY_CHIP_FIELDS = ["peak_bf16_TFLOPs", "matmul_efficiency_max", "hbm_bandwidth_GBps", "hbm_efficiency",
@@ -196,8 +196,8 @@ def _write(folder: Path, name: str, data: dict) -> str:
 def _latin1(folder: Path) -> str:
     d = folder / "latin1"
     d.mkdir(exist_ok=True)
-    (d / "latin1.csv").write_bytes("system,collective,algorithm,size_bytes,metric,value,source,note\n"
-                                   "a100-8,all_reduce,ring,1024,busbw_GBps,18,M\u00fcller,\n".encode("latin-1"))
+    (d / "latin1.csv").write_bytes("system,collective,algorithm,size_bytes,metric,value,harness,source,note\n"
+                                   "a100-8,all_reduce,ring,1024,busbw_GBps,18,nccl-tests,M\u00fcller,\n".encode("latin-1"))
     return str(d)
 
 
