@@ -34,6 +34,7 @@ from pathlib import Path
 
 MODEL = "dlrm-dcnv2-mlperf"
 SYSTEMS = ("mtia300-64", "h100-64", "h200-64")
+TIMELINE_SYSTEMS = ("mtia300-64", "h100-64")
 PARETO_SYSTEMS = ("mtia300-64", "h100-64", "h200-64", "b200-64", "gaudi3-64", "h100cap-64")
 ATTRIBUTION = ("h100-64", "mtia300-64")       # (system, reference): the H100 gets MTIA 300's features
 # each point is its own search, so the curve has four: the steep end, the two sides of an H100's
@@ -135,8 +136,8 @@ def _table(rows: list[dict], keys: list[str]):
 
 
 # ------------------------------------------------------------------------------------------ figures
-# Each figure's points ((system, knobs, global_batch)) come from one function, which the figure
-# draws from and main plans ahead of drawing, all figures' points at once.
+# `points(name)` lists the points ((system, knobs, global_batch)) figure `name` draws, from the same
+# constants and helpers the figure iterates, so main can plan every figure's points at once first.
 
 def _attribution_points(model) -> list[tuple]:
     from . import load_system
@@ -169,7 +170,7 @@ def points(name: str, model) -> list[tuple]:
     """The points ((system, knobs, global_batch)) figure `name` draws."""
     if name in ("breakdown", "pareto", "timeline"):
         return [(s, None, None) for s in {"breakdown": SYSTEMS, "pareto": PARETO_SYSTEMS,
-                                          "timeline": ("mtia300-64", "h100-64")}[name]]
+                                          "timeline": TIMELINE_SYSTEMS}[name]]
     if name == "attribution":
         return _attribution_points(model)
     if name == "tradeoff":
@@ -236,7 +237,7 @@ def timeline(out: Path, pts: Points):
     from . import plots
     fig, axes = _fig(2, 1, (11, 7.5))
     recs = []
-    for ax, name in zip(axes[:, 0], ("mtia300-64", "h100-64")):
+    for ax, name in zip(axes[:, 0], TIMELINE_SYSTEMS):
         bd, rec = pts(name)
         recs.append(rec)
         plots.timeline(bd, ax=ax, max_devices=2, model=pts.model,

@@ -1,7 +1,7 @@
 """The plan a study evaluates at each hardware point: one notion shared by sweep, sensitivity,
 scaling, compare and every plot.
 
-    make = planner("search", iterations=150, seed=0)      # the default of every study
+    make = planner("search", iterations=300, seed=0)      # the default of every study
     plan = make(system, model)                            # a Plan for this hardware
     make.label                                            # "search (300 rounds, seed 0)", for tables and titles
 
