@@ -67,7 +67,8 @@ def _cmd_compare(args) -> int:
     if args.attribute:   # the slower system gets the faster one's features
         steps = dict(zip(c["system"], si_column(table, "step_s")))
         slow, fast = sorted(systems, key=lambda s: -steps[s.name])
-        att = attribute(slow, fast, model, plan=make, **where)
+        att = attribute(slow, fast, model, plan=make, system_plan=plans[slow.name], reference_plan=plans[fast.name],
+                        **where)        # the two systems' plans are the ones just made
     if args.json:
         out = {"model": model.name, "plan": make.label,
                "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}

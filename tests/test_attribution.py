@@ -63,6 +63,11 @@ def test_two_factor_attribution_adds_up(small):
     assert "Shapley" in text and "integrated NIC" in text and "nic_attach_pcie 1 -> 0" in text
     d = a.to_dict()
     assert len(d["combinations"]) == 4 and d["shares_s"] == a.shares_s
+    # the system's own plan, held by the caller, is the empty combination's: the same attribution
+    held = attribute(h100, both, small, factors, plan=make, system_plan=make(h100, small), executor="serial")
+    assert held.steps_s == a.steps_s and held.shares_s == a.shares_s
+    other = attribute(h100, both, small, factors, plan=make, system_plan=pm.greedy_plan(h100, small), executor="serial")
+    assert other.steps_s[frozenset()] == pytest.approx(float(pm.evaluate(h100, small, pm.greedy_plan(h100, small)).step_s))
 
 
 def test_bad_factors(small):

@@ -167,13 +167,16 @@ class Attribution:
 
 def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float]] | None = None, *,
               plan="search", iterations: int | None = None, seed: int = 0, reference_plan=None,
-              executor=None, workers: int | None = None, ray_address: str | None = None) -> Attribution:
+              system_plan=None, executor=None, workers: int | None = None,
+              ray_address: str | None = None) -> Attribution:
     """The step-time gap between `system` and `reference` split into factor shares (see the module doc).
 
     system, reference: Systems or preset names/paths (the factors move `system` towards `reference`);
     factors: {name: {knob: value}} (default: default_factors); plan, iterations, seed: the planner
     used at every combination (analysis.planning; searched by default); reference_plan: the
     reference's (default: the same planner; give one where `plan` is a plan fixed for `system`);
+    system_plan: the plan `plan` gives `system` as built, where the caller already holds it (the
+    combination with every factor off is then not planned again);
     executor, workers, ray_address: where the 2^k + 1 plans are made (planning.plans: a local process
     pool by default); the shares do not depend on where.
     """
@@ -197,11 +200,14 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     combos = combinations(factors)
     points = [moved(system, model, kv) for _, kv in combos]       # each combination its own plan
     ref_make = make if reference_plan is None else planner(reference_plan, iterations=iterations, seed=seed)
+    held = [] if system_plan is None else [planner(system_plan)(system, model)]   # combos[0]: every factor off
+    todo = points[len(held):]
     if ref_make is make:                  # the reference's plan is made beside the combinations'
-        *found, ref_plan = plans(make, points + [(reference, model)], executor, workers, ray_address)
+        *found, ref_plan = plans(make, todo + [(reference, model)], executor, workers, ray_address)
     else:
-        found = plans(make, points, executor, workers, ray_address)
+        found = plans(make, todo, executor, workers, ray_address)
         ref_plan = ref_make(reference, model)
+    found = held + found
     steps_s = {S: float(evaluate(s, m, p).step_s) for (S, _), (s, m), p in zip(combos, points, found)}
     ref_step = float(evaluate(reference, model, ref_plan).step_s)
     worth = {S: -t for S, t in steps_s.items()}          # a factor's worth: the step time it saves
