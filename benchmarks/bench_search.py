@@ -90,13 +90,13 @@ def run_suite(model_name, system_name, iterations: int, budget: float) -> list[d
     return rows
 
 
-def run_ablation(model_name, system_name, iterations, budget: float) -> dict:
+def run_ablation(model_name, system_name, iterations, budget: float, seed: int = 0) -> dict:
     """With and without gradient information, at equal iterations and at equal wall time."""
     system, model = load_instance(model_name, system_name)
     n = default_iterations(system, model) if iterations == "auto" else iterations
     out = {"instance": name_of(model_name, system_name), "large": not is_exhaustive(system, model)}
     for mode, kw in (("iterations", dict(iterations=n, budget_s=None)), ("time", dict(iterations=None, budget_s=budget))):
-        on, off = (pm.search(system, model, "gradient", seed=0, gradients=g, **kw) for g in (True, False))
+        on, off = (pm.search(system, model, "gradient", seed=seed, gradients=g, **kw) for g in (True, False))
         # when each first held a plan as fast as the other's final one (None: never)
         on_at, off_at = on.first_at(off.step_s), off.first_at(off.step_s)
         out[mode] = {"on": on.step_s, "off": off.step_s, "gain": 1.0 - on.step_s / off.step_s,
@@ -122,6 +122,8 @@ def main() -> int:
                     help="rounds per search (default: each instance's, search.api.default_iterations)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per search, s (default 60)")
     ap.add_argument("--small", type=int, default=10, help="small exact instances (default 10)")
+    ap.add_argument("--seed", type=int, default=0, help="the ablation's search seed (default 0): one seed is one path "
+                    "through the search, so a small difference at equal iterations is checked on others")
     args = ap.parse_args()
     sections = [s for s in args.sections.split(",") if s]
     if not sections or any(s not in SECTIONS for s in sections):
@@ -133,7 +135,7 @@ def main() -> int:
     except ConfigError as e:
         ap.error(str(e))
     rounds = "each instance's default iterations" if args.iterations is None else f"{args.iterations} iterations"
-    print(f"plan search benchmark: {rounds} or {args.budget_s:g} s per search, seed 0, "
+    print(f"plan search benchmark: {rounds} or {args.budget_s:g} s per search, ablation seed {args.seed}, "
           f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
     targets = []
     if "small" in sections and args.small:
@@ -170,8 +172,8 @@ def main() -> int:
                 targets.append((by["gradient"] <= min(by["random"], by["evolutionary"]),
                                 f"{r['instance']}: gradient better than random and evolutionary in the same wall time"))
     if "ablation" in sections:
-        print("\n== gradient information: with (gradients=True) and without (False), seed 0 ==")
-        ab = [run_ablation(m, s, args.iterations or "auto", args.budget_s) for m, s in suite]
+        print(f"\n== gradient information: with (gradients=True) and without (False), seed {args.seed} ==")
+        ab = [run_ablation(m, s, args.iterations or "auto", args.budget_s, args.seed) for m, s in suite]
         large = [a for a in ab if a["large"]]
         if large:
             # >= 3 % lower at equal wall time, or its plan in at most half the time
