@@ -307,14 +307,14 @@ def add_planning(p, executors: bool = False) -> None:
                                                         "'local' to start one here (pip install 'perfmodel[distributed]')")
 
 
-def add_problem(p) -> None:
+def add_problem(p, executors: bool = False) -> None:
     """The arguments that name one problem and its plan: --system (and --chips), --model, --chip,
-    then add_planning's."""
+    then add_planning's (with --workers and --ray where `executors`)."""
     p.add_argument("--system", required=True, help="system preset or TOML path")
     add_chips(p)
     p.add_argument("--model", required=True, help="model preset or TOML path")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    add_planning(p)
+    add_planning(p, executors)
 
 
 def register(sub) -> None:

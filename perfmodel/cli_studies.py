@@ -23,7 +23,8 @@ def _cmd_sensitivity(args) -> int:
     system = load_system_arg(args)
     model = load_model(args.model)
     make = planner_of(args)
-    table = sensitivity(system, model, make, metric=args.metric, replan=args.replan, h=args.h)
+    where = executors_of(args)           # where --replan's points are searched
+    table = sensitivity(system, model, make, metric=args.metric, replan=args.replan, h=args.h, **where)
     if args.json:
         print(json.dumps({"system": system.name, "model": model.name, "metric": args.metric, "plan": make.label,
                           "h": args.h if args.replan else None, "rows": records(table)}, indent=1))
@@ -108,7 +109,7 @@ def register(sub) -> None:
                     "plan choices (envelope theorem); discrete ones (sharding, placement) make it the slope of the "
                     "plan's branch. --replan K re-searches at x(1 +- h) for the top K parameters with a knob: where "
                     "the two differ, a plan switch is near and the re-searched figure is the one to trust.")
-    add_problem(se)
+    add_problem(se, executors=True)
     se.add_argument("--metric", default="step_s", choices=("step_s", "usd_per_million_samples", "joules_per_sample"))
     se.add_argument("--replan", type=int, default=0, metavar="K",
                     help="re-searched central differences for the top K parameters with a sweep knob (2K searches)")

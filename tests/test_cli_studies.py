@@ -51,6 +51,9 @@ def test_compare_and_sensitivity_bad_input():
     assert "plan" in line and "allowed: 'search', 'greedy'" in line
     line = one_error_line(*run(["sensitivity", "--system", "h100-8", "--model", "dlrm-small", "--replan", "-2"])[::2])
     assert "--replan" in line
+    line = one_error_line(*run(["sensitivity", "--system", "h100-8", "--model", "dlrm-small", "--replan", "1",
+                                "--workers", "0"])[::2])
+    assert "--workers" in line
 
 
 def test_sensitivity_ranked_table_names_its_plan_and_json():
@@ -67,3 +70,8 @@ def test_sensitivity_ranked_table_names_its_plan_and_json():
     assert data["metric"] == "usd_per_million_samples" and data["rows"][0]["parameter"] == "chip price"
     assert data["plan"] == "greedy" and data["rows"][0]["plan"] == "greedy"
     assert {"parameter", "unit", "value", "elasticity", "derivative_per_unit", "knob"} <= set(data["rows"][0])
+    # --replan's points searched where --workers says (one worker: in this process)
+    code, out, err = run(["sensitivity", *SMALL, "--plan", "greedy", "--replan", "1", "--workers", "1", "--json"])
+    assert code == 0, err
+    replanned = [r for r in json.loads(out)["rows"] if r.get("replan_elasticity") is not None]
+    assert len(replanned) == 1 and replanned[0]["knob"]

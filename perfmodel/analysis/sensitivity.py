@@ -156,10 +156,11 @@ def _eligible(table, system, model, plan_arrays, h: float, k: int) -> list[tuple
 
 
 def replanned_elasticities(system: System, model: RankingModel, knob_values: list[tuple[str, float]],
-                           make, metric: str = "step_s", h: float = 0.1, executor=None) -> list[float]:
+                           make, metric: str = "step_s", h: float = 0.1, executor=None,
+                           workers: int | None = None, ray_address: str | None = None) -> list[float]:
     """e_fd of each (knob, value) (see the module doc): one paired sweep of 2K points, each moving one
     knob to x(1 -+ h) with the others at their value, every point searched (in parallel on `executor`,
-    as sweep runs them)."""
+    `workers`, `ray_address`, as sweep runs them)."""
     from .readout import si_column
     from .sweep import sweep
     if not knob_values:
@@ -170,13 +171,15 @@ def replanned_elasticities(system: System, model: RankingModel, knob_values: lis
         for side in (1 - h, 1 + h):
             for j, (m, w) in enumerate(knob_values):
                 vary[m].append(w * side if j == i else w)
-    t = si_column(sweep(system, model, vary, plan=make, paired=True, executor=executor), metric)
+    t = si_column(sweep(system, model, vary, plan=make, paired=True, executor=executor, workers=workers,
+                        ray_address=ray_address), metric)
     lo, hi = t[0::2], t[1::2]
     return [float(e) for e in (np.log(hi) - np.log(lo)) / (np.log1p(h) - np.log1p(-h))]
 
 
 def sensitivity(system: System, model: RankingModel, plan="search", metric: str = "step_s", *,
-                iterations: int | None = None, seed: int = 0, replan: int = 0, h: float = 0.1, executor=None):
+                iterations: int | None = None, seed: int = 0, replan: int = 0, h: float = 0.1, executor=None,
+                workers: int | None = None, ray_address: str | None = None):
     """Elasticities d log(metric) / d log(x) for every hardware leaf x of `system`, ranked by size.
 
     plan: the plan to differentiate at, as in analysis.planning ("search", the default, with
@@ -184,7 +187,7 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
     metric: step_s, usd_per_million_samples or joules_per_sample. replan: for this many of the
     top-ranked parameters that have a sweep knob, also the re-searched finite-difference elasticity
     at x(1 +- h) (see the module doc: where the two disagree, a discrete plan switch is near),
-    searched where sweep runs its points (`executor`: see analysis.executors).
+    searched where sweep runs its points (`executor`, `workers`, `ray_address`: see analysis.executors).
 
     Returns a table (DataFrame or dict of numpy columns) with columns rank, parameter, path, unit,
     value (in unit), elasticity (at the fixed plan), derivative_per_unit (metric units per one unit
@@ -227,7 +230,8 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
     }
     if replan:
         picked = _eligible(cols, system, model, fixed, h, int(replan))
-        fd = replanned_elasticities(system, model, [(kn, v) for _, kn, v in picked], make, metric, h, executor)
+        fd = replanned_elasticities(system, model, [(kn, v) for _, kn, v in picked], make, metric, h,
+                                    executor, workers, ray_address)
         cols["replan_elasticity"] = np.asarray([None] * n, object)
         for (i, _, _), e in zip(picked, fd):
             cols["replan_elasticity"][i] = e
