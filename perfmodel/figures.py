@@ -161,9 +161,9 @@ def _tradeoff_knobs(extra: dict) -> list[dict]:
 
 def _scaling_batch(model, mode: str, n: int) -> float | None:
     """The global batch of a scaling point (None: the model's own)."""
-    b0 = float(model.global_batch)
-    batch = None if mode == "strong" else round(b0 * n / SCALING_CHIPS[0])
-    return None if batch == b0 else batch
+    from .analysis.scaling import global_batch
+    batch = global_batch(model, mode, n, SCALING_CHIPS[0])
+    return None if batch == float(model.global_batch) else batch
 
 
 def points(name: str, model) -> list[tuple]:

@@ -71,6 +71,13 @@ def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: d
     return make_table(cols)
 
 
+def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float:
+    """The global batch of the point at n chips of a scaling study from n0: the model's own (strong),
+    or grown with the chips, the batch per chip fixed (weak)."""
+    b0 = float(model.global_batch)
+    return b0 if mode == "strong" else round(b0 * n / n0)
+
+
 def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong", plan="search", *,
             iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
             ray_address: str | None = None):
@@ -94,9 +101,8 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     model = as_model(model)
     make = _make(plan, iterations, seed)
     n0 = chips[0]
-    b0 = float(model.global_batch)
     points = [(load_system(name, chips=n), model if mode == "strong" else dataclasses.replace(
-        model, global_batch=jnp.asarray(round(b0 * n / n0), jnp.float32))) for n in chips]
+        model, global_batch=jnp.asarray(global_batch(model, mode, n, n0), jnp.float32))) for n in chips]
     rows = []
     for n, (s, m), p in zip(chips, points, plans(make, points, executor, workers, ray_address)):
         bd = evaluate(s, m, p)
