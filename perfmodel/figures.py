@@ -94,26 +94,20 @@ class Points:
 
     def plan_all(self, keys) -> None:
         """Plan and evaluate every point of `keys` ((system, knobs, global_batch)) not yet done."""
+        from . import evaluate
         from .analysis.planning import plans
         todo = {self._key(*k): k for k in keys if self._key(*k) not in self.done}
         points = [{"system": system, "knobs": dict(knobs or {}), "global_batch": batch}
                   for system, knobs, batch in todo.values()]
         problems = [problem(p, self.model) for p in points]
-        for key, point, sm, plan in zip(todo, points, problems, plans(self.make, problems, **self.where)):
-            self._record(key, point, *sm, plan)
-
-    def _record(self, key, point, s, m, plan) -> None:
-        from . import evaluate
-        bd = evaluate(s, m, plan)
-        self.done[key] = (bd, dict(point, chips=s.num_chips, plan=plan.to_dict(), values=numbers(bd, s)))
+        for key, point, (s, m), plan in zip(todo, points, problems, plans(self.make, problems, **self.where)):
+            bd = evaluate(s, m, plan)
+            self.done[key] = (bd, dict(point, chips=s.num_chips, plan=plan.to_dict(), values=numbers(bd, s)))
 
     def __call__(self, system: str, knobs: dict | None = None, global_batch: float | None = None):
         """(Breakdown, record) of the preset `system` with `knobs` set and the global batch given."""
         key = self._key(system, knobs, global_batch)
-        if key not in self.done:
-            point = {"system": system, "knobs": dict(knobs or {}), "global_batch": global_batch}
-            s, m = problem(point, self.model)
-            self._record(key, point, s, m, self.make(s, m))
+        self.plan_all([(system, knobs, global_batch)])       # one point: planned in this process
         return self.done[key]
 
 

@@ -71,7 +71,7 @@ def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: d
     return make_table(cols)
 
 
-def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float:
+def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float | int:
     """The global batch of the point at n chips of a scaling study from n0: the model's own (strong),
     or grown with the chips, the batch per chip fixed (weak)."""
     b0 = float(model.global_batch)
