@@ -302,7 +302,8 @@ def add_planning(p, executors: bool = False) -> None:
                                                   "perfmodel.analysis.STUDY_ITERATIONS, 300)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     if executors:
-        p.add_argument("--workers", type=int, help="processes searching points in parallel (default: the cores)")
+        p.add_argument("--workers", type=int,
+                       help="processes searching points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
         p.add_argument("--ray", metavar="ADDRESS", help="search points on the Ray cluster at ADDRESS (host:port), or "
                                                         "'local' to start one here (pip install 'perfmodel[distributed]')")
 

@@ -286,7 +286,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", help="where to write the PNGs and their JSON (created if missing)")
     ap.add_argument("--only", help="comma-separated subset of: " + ", ".join(FIGURES))
-    ap.add_argument("--workers", type=int, help="processes searching the points in parallel (default: the cores)")
+    ap.add_argument("--workers", type=int,
+                    help="processes searching the points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
     args = ap.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib

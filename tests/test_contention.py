@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
+from conftest import grad_fn
 from perfmodel.cost import contention
 from perfmodel.cost.compute import gemm_parts, roofline
 from perfmodel.validate import contention as cases_of
@@ -102,10 +103,13 @@ def test_more_hbm_bandwidth_or_fewer_collective_units_never_slow_a_step(h100_pla
     assert float(np.max(bd.interference_s)) > 0
 
 
-def test_contention_has_finite_gradients(h100_plans):
-    system, model, plans = h100_plans
-    plan = jax.tree_util.tree_map(lambda x: x[0], plans)
-    g = jax.grad(lambda s: pm.evaluate(s, model, plan).step_s)(system)
+def test_contention_has_finite_gradients(mlperf):
+    """d step / d (the contention model's chip parameters), through the compiled gradient the
+    hardware-gradient properties use (h100-64), at a random plan whose compute collectives slow."""
+    system = pm.load_system("h100-64")
+    plan = jax.tree_util.tree_map(lambda x: x[0], pm.random_plans(jax.random.PRNGKey(3), system, mlperf, 1))
+    assert float(np.max(pm.evaluate(system, mlperf, plan).interference_s)) > 0
+    g = grad_fn("dlrm-dcnv2-mlperf")(system, plan)
     for name in ("hbm_Bps", "core_compute_fraction", "core_hbm_mult", "full_grid_gemm_share"):
         v = float(getattr(g.chip, name))
         assert np.isfinite(v), name

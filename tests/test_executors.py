@@ -140,3 +140,25 @@ def test_a_plan_that_cannot_be_pickled_is_one_error_on_the_pool():
     with pytest.raises(pm.ConfigError, match=r"field 'executor': the jobs cannot be sent to other processes"):
         pm.sweep("h100-8", MODEL, {"scale_out_bandwidth_GBps": [50.0, 400.0]},
                  plan=lambda s, m: pm.default_plan(s, m), executor="process", workers=2)
+
+
+def test_the_pools_default_size_is_perfmodel_workers(monkeypatch):
+    """$PERFMODEL_WORKERS sizes the pool a call gives no workers for: 1 runs the jobs in this process
+    (a function that cannot be pickled is no error there), 2 sends them to a pool (where it is); a
+    value that is not a count is one error naming the variable."""
+    import operator
+
+    from perfmodel.analysis import executors
+    square = lambda x: x * x        # noqa: E731 - a lambda does not pickle
+    jobs = [(square, 2), (square, 3)]
+    monkeypatch.setenv("PERFMODEL_WORKERS", "1")
+    assert executors.default_workers() == 1 and executors.run(operator.call, jobs) == [4, 9]
+    monkeypatch.setenv("PERFMODEL_WORKERS", "2")
+    with pytest.raises(pm.ConfigError, match=r"field 'executor': the jobs cannot be sent to other processes"):
+        executors.run(operator.call, jobs)
+    assert executors.run(operator.call, jobs, workers=1) == [4, 9]        # a call's own choice wins
+    monkeypatch.setenv("PERFMODEL_WORKERS", "all")
+    with pytest.raises(pm.ConfigError, match=r"environment: field 'PERFMODEL_WORKERS': must be an integer >= 1.*'all'"):
+        executors.run(operator.call, jobs)
+    monkeypatch.delenv("PERFMODEL_WORKERS")
+    assert executors.default_workers() == executors.cores()

@@ -37,6 +37,9 @@ def test_notebook_is_stored_without_outputs():
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
 
+# notebooks 02 and 03 search MLPerf on the same two systems: on one worker, one after the other, the
+# second loads the programs the first compiled (on two at once, both would compile them)
+@pytest.mark.xdist_group("mlperf-notebooks")
 def test_plan_search_notebook(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}

@@ -59,6 +59,7 @@ def test_quickstart(tmp_path):
     assert (tmp_path / "quickstart_step.json").stat().st_size > 1000
 
 
+@pytest.mark.xdist_group("mlperf-notebooks")        # with notebook 03 (tests/test_notebook_search.py)
 def test_builtin_nics_and_offload(tmp_path):
     nb, wall = execute("02_builtin_nics_and_offload.ipynb", tmp_path)
     print(f"02_builtin_nics_and_offload.ipynb executed in {wall:.1f} s")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import perfmodel as pm
-from conftest import breakdown_fn, step_fn
+from conftest import breakdown_fn, grad_fn, step_fn
 
 # leaves where more is better, and leaves where less is better
 BETTER_UP = ["chip.peak_bf16_flops", "chip.peak_fp8_flops", "chip.peak_fp32_flops", "chip.hbm_Bps",
@@ -106,8 +106,7 @@ def test_more_offload_engines_never_hurt(systems, small, mlperf):
 def test_gradients_wrt_every_hardware_leaf_are_finite(name, mlperf):
     s = pm.load_system(name)
     pa = pm.to_arrays(pm.default_plan(s, mlperf), s, mlperf)
-    f = step_fn("dlrm-dcnv2-mlperf")
-    grads = jax.grad(f)(s, pa)
+    grads = grad_fn("dlrm-dcnv2-mlperf")(s, pa)
     leaves = jax.tree_util.tree_leaves_with_path(grads)
     assert len(leaves) > 40
     for path, g in leaves:

@@ -4,13 +4,14 @@ made. Results come back in the order of the jobs, so a table does not depend on 
 
     run(fn, jobs, executor=None, workers=None, ray_address=None) -> [fn(*job) for job in jobs]
 
-executor: None or "process" (a pool of `workers` processes, the cores by default; spawned, not
-forked, because JAX runs threads), "serial" (this process), "ray" (tasks on the cluster at
-`ray_address`: "host:port" of a running head node, "local" to start one here for the call, None
-to use the Ray instance this process has already started, else ray.init()'s default), or an
-Executor. Spawned workers import the main module: a script that uses the pool starts its work under
-`if __name__ == "__main__":`. Every worker enables the persistent compile cache (the folder this process uses), so
-only the first worker on a machine compiles. `fn` and the jobs must pickle.
+executor: None or "process" (a pool of `workers` processes, by default $PERFMODEL_WORKERS, else the
+cores; one worker runs the jobs in this process; spawned, not forked, because JAX runs threads),
+"serial" (this process), "ray" (tasks on the cluster at `ray_address`: "host:port" of a running
+head node, "local" to start one here for the call, None to use the Ray instance this process has
+already started, else ray.init()'s default), or an Executor. Spawned workers import the main
+module: a script that uses the pool starts its work under `if __name__ == "__main__":`. Every worker
+enables the persistent compile cache (the folder this process uses), so only the first worker on a
+machine compiles. `fn` and the jobs must pickle.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:       # pragma: no cover - macOS, Windows
         return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """The pool's size when a call gives none: $PERFMODEL_WORKERS (a machine shared with other jobs,
+    or a process that already runs beside others on its cores), else the cores this process may use."""
+    env = os.environ.get("PERFMODEL_WORKERS", "").strip()
+    if not env:
+        return cores()
+    if not env.isdigit() or int(env) < 1:
+        raise ConfigError("environment", "PERFMODEL_WORKERS", f"must be an integer >= 1 (processes), got {env!r}")
+    return int(env)
 
 
 def check_workers(workers, field: str = "workers") -> int | None:
@@ -87,6 +99,8 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
             raise ConfigError("", "ray_address", f"applies to executor='ray', not {executor!r}")
         executor = "ray"
     jobs = list(jobs)
+    if executor in (None, "process") and workers is None:
+        workers = default_workers()
     if executor == "serial" or (executor in (None, "process") and (len(jobs) <= 1 or workers == 1)):
         return [fn(*job) for job in jobs]
     folder = _cache_folder()
@@ -100,7 +114,7 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
         return [f.result() for f in [executor.submit(_in_worker, folder, fn, job) for job in jobs]]
     if executor == "ray":
         return _run_ray(fn, jobs, folder, workers, ray_address)
-    n = min(workers or cores(), len(jobs))
+    n = min(workers, len(jobs))
     try:
         with cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                                     initargs=(folder,)) as pool:
