@@ -17,6 +17,10 @@ from perfmodel.evaluate import _evaluate
 # PERFMODEL_CACHE_DIR (empty: off) keeps its own choice.
 os.environ.setdefault("PERFMODEL_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "perfmodel-jax"))
 pm.enable_compile_cache()
+# The suite's two xdist workers already hold the two cores: a study's default process pool would start
+# more processes, each importing and loading the same programs, to share the same cores. Its jobs
+# run in the calling process; the tests of the pool give their workers.
+os.environ.setdefault("PERFMODEL_WORKERS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +59,12 @@ def step_fn(model_name: str, temperature: float = 0.0):
 def breakdown_fn(model_name: str, temperature: float = 0.0):
     model = pm.load_model(model_name)
     return jax.jit(lambda system, pa: _evaluate(system, model, pa, temperature))
+
+
+@functools.lru_cache(maxsize=None)
+def grad_fn(model_name: str):
+    """jit(grad(step_s)) w.r.t. the System, the plan's arrays an argument: one compile per system
+    structure, shared by every test that differentiates this model on it (and loaded from the run's
+    compile cache by the other worker)."""
+    model = pm.load_model(model_name)
+    return jax.jit(jax.grad(lambda system, pa: _evaluate(system, model, pa, 0.0).step_s))
