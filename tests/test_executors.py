@@ -157,8 +157,9 @@ def test_the_pools_default_size_is_perfmodel_workers(monkeypatch):
     with pytest.raises(pm.ConfigError, match=r"field 'executor': the jobs cannot be sent to other processes"):
         executors.run(operator.call, jobs)
     assert executors.run(operator.call, jobs, workers=1) == [4, 9]        # a call's own choice wins
-    monkeypatch.setenv("PERFMODEL_WORKERS", "all")
-    with pytest.raises(pm.ConfigError, match=r"environment: field 'PERFMODEL_WORKERS': must be an integer >= 1.*'all'"):
-        executors.run(operator.call, jobs)
+    for bad in ("all", "0", "\u00b2"):        # a word, no process, a digit int() does not read
+        monkeypatch.setenv("PERFMODEL_WORKERS", bad)
+        with pytest.raises(pm.ConfigError, match=r"environment: field 'PERFMODEL_WORKERS': must be an integer >= 1"):
+            executors.run(operator.call, jobs)
     monkeypatch.delenv("PERFMODEL_WORKERS")
     assert executors.default_workers() == executors.cores()

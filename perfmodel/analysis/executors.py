@@ -42,9 +42,13 @@ def default_workers() -> int:
     env = os.environ.get("PERFMODEL_WORKERS", "").strip()
     if not env:
         return cores()
-    if not env.isdigit() or int(env) < 1:
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
         raise ConfigError("environment", "PERFMODEL_WORKERS", f"must be an integer >= 1 (processes), got {env!r}")
-    return int(env)
+    return n
 
 
 def check_workers(workers, field: str = "workers") -> int | None:

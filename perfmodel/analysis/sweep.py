@@ -215,7 +215,8 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     plan, iterations, seed: as planning.planner ("search" with STUDY_ITERATIONS rounds by default,
     "greedy", a Plan, a plan file, a callable (system, model) -> Plan). executor, workers,
     ray_address: where per-point searches run (executors.run; a process pool of $PERFMODEL_WORKERS,
-    else the cores, by default; greedy and single-point sweeps run here). chunk: points per vmapped call (default by problem size).
+    else the cores, by default; greedy and single-point sweeps run here). chunk: points per vmapped
+    call (default by problem size).
     Bad knob names or values, or a fixed plan that does not fit `system`, raise ConfigError naming
     what is wrong and what is allowed.
     """
