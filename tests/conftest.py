@@ -66,5 +66,4 @@ def grad_fn(model_name: str):
     """jit(grad(step_s)) w.r.t. the System, the plan's arrays an argument: one compile per system
     structure, shared by every test that differentiates this model on it (and loaded from the run's
     compile cache by the other worker)."""
-    model = pm.load_model(model_name)
-    return jax.jit(jax.grad(lambda system, pa: _evaluate(system, model, pa, 0.0).step_s))
+    return jax.jit(jax.grad(step_fn(model_name)))
