@@ -5,9 +5,11 @@ import os
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 import perfmodel as pm
+from perfmodel.analysis.sensitivity import _grad as _sensitivity_grad
 from perfmodel.evaluate import _evaluate
 
 # One compile cache for the run: both xdist workers, the notebooks' kernels and the CLI's subprocesses
@@ -63,7 +65,13 @@ def breakdown_fn(model_name: str, temperature: float = 0.0):
 
 @functools.lru_cache(maxsize=None)
 def grad_fn(model_name: str):
-    """jit(grad(step_s)) w.r.t. the System, the plan's arrays an argument: one compile per system
-    structure, shared by every test that differentiates this model on it (and loaded from the run's
-    compile cache by the other worker)."""
-    return jax.jit(jax.grad(step_fn(model_name)))
+    """d step_s / d System, the plan's arrays an argument, through pm.sensitivity's compiled gradient
+    (of log step, times the step): one compile per system structure, shared by every test that
+    differentiates this model on it and by notebook 01's sensitivity table (the other worker and the
+    notebook's kernel load it from the run's compile cache)."""
+    model = pm.load_model(model_name)
+
+    def grad(system, pa):
+        step, g = _sensitivity_grad(system, model, pa, "step_s")
+        return jax.tree_util.tree_map(lambda x: np.asarray(x) * np.float32(step), g)
+    return grad
