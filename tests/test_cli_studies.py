@@ -56,6 +56,7 @@ def test_compare_and_sensitivity_bad_input():
     assert "--workers" in line
 
 
+@pytest.mark.xdist_group("sensitivity")     # with tests/test_sensitivity.py: the same compiled gradients
 def test_sensitivity_ranked_table_names_its_plan_and_json():
     code, out, err = run(["sensitivity", *SMALL, "--plan", "greedy", "--top", "5"])
     assert code == 0, err

@@ -11,6 +11,11 @@ from perfmodel.analysis.table import columns
 
 from conftest import step_fn
 
+# on one xdist worker, with the CLI's sensitivity test: they differentiate dlrm-small on the same two
+# systems, and the second test of a pair loads the gradient the first compiled instead of compiling
+# it at the same time on the other worker
+pytestmark = pytest.mark.xdist_group("sensitivity")
+
 # leaves with sizeable, smooth effects at the presets (checked in both directions below); on h100-8 the
 # collectives' HBM traffic leaves dlrm-small's compute headroom, so their HBM multiplier moves nothing
 CHECKED = {
