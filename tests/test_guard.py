@@ -153,7 +153,7 @@ def test_cli_search_with_a_guard_file(tmp_path, capsys):
     assert greedy < 1e3, "the default plan must be priced: the cap would not bind"
     path = tmp_path / "guard.json"
     path.write_text(json.dumps({"name": "toy", "unit": "ms", "cap": cap, "tables": tables}))
-    base = ["search", "--system", "h100-8", "--model", "dlrm-small", "--no-progress", "--iterations", "150",
+    base = ["search", "--system", "h100-8", "--model", "dlrm-small", "--no-progress", "--iterations", "30",
             "--guard", str(path)]
     assert main(base) == 0
     out = capsys.readouterr().out
