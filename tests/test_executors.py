@@ -163,3 +163,44 @@ def test_the_pools_default_size_is_perfmodel_workers(monkeypatch):
             executors.run(operator.call, jobs)
     monkeypatch.delenv("PERFMODEL_WORKERS")
     assert executors.default_workers() == executors.cores()
+
+
+def test_a_local_ray_cluster_takes_the_pools_size(monkeypatch):
+    """ray_address="local" starts Ray with `workers` CPUs, by default $PERFMODEL_WORKERS, as the
+    process pool would (a stand-in for Ray records what it was started with)."""
+    import operator
+    import types
+
+    from perfmodel.analysis import executors
+
+    class Ray:
+        def __init__(self):
+            self.inits, self.up = [], False
+
+        def is_initialized(self):
+            return self.up
+
+        def init(self, **kw):
+            self.inits.append(kw)
+            self.up = True
+
+        def shutdown(self):
+            self.up = False
+
+        def remote(self, f):
+            return types.SimpleNamespace(remote=lambda *args: f(*args))
+
+        def get(self, results):
+            return list(results)
+
+    ray = Ray()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    jobs = [(abs, -2), (abs, -3)]
+    monkeypatch.setenv("PERFMODEL_WORKERS", "3")
+    assert executors.run(operator.call, jobs, executor="ray", ray_address="local") == [2, 3]
+    assert ray.inits[-1]["num_cpus"] == 3 and not ray.up           # started for the call, and stopped
+    assert executors.run(operator.call, jobs, executor="ray", ray_address="local", workers=2) == [2, 3]
+    assert ray.inits[-1]["num_cpus"] == 2
+    monkeypatch.delenv("PERFMODEL_WORKERS")
+    executors.run(operator.call, jobs, executor="ray", ray_address="local")
+    assert ray.inits[-1]["num_cpus"] == executors.cores()

@@ -7,8 +7,9 @@ made. Results come back in the order of the jobs, so a table does not depend on 
 executor: None or "process" (a pool of `workers` processes, by default $PERFMODEL_WORKERS, else the
 cores; one worker runs the jobs in this process; spawned, not forked, because JAX runs threads),
 "serial" (this process), "ray" (tasks on the cluster at `ray_address`: "host:port" of a running
-head node, "local" to start one here for the call, None to use the Ray instance this process has
-already started, else ray.init()'s default), or an Executor. Spawned workers import the main
+head node, "local" to start one here for the call with `workers` CPUs, by default $PERFMODEL_WORKERS,
+else the cores; None to use the Ray instance this process has already started, else ray.init()'s
+default), or an Executor. Spawned workers import the main
 module: a script that uses the pool starts its work under `if __name__ == "__main__":`. Every worker
 enables the persistent compile cache (the folder this process uses), so only the first worker on a
 machine compiles. `fn` and the jobs must pickle.
@@ -137,7 +138,7 @@ def _run_ray(fn, jobs, folder, workers, address):
     started = False
     if not ray.is_initialized():
         if address == "local":
-            ray.init(num_cpus=workers or cores(), include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)
         else:
             if address is not None:
                 check_address(address)
