@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import perfmodel as pm
@@ -90,6 +90,10 @@ NIC = dict(ports=st.integers(1, int(CHIP["nic.active_ports"].hi)), port=log_unif
 @pytest.mark.parametrize("xp", [np, jnp], ids=["numpy", "jax"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(**NIC)
+# PCIe attachment near 1 with a small PCIe bandwidth: the sum is far below the NIC's total, whose float32
+# rounding it carries
+@example(ports=1, port=3584912846.1315913, pcie=0.9811138094839984, pcie_bw=1202604.2841647768, fraction=0.5,
+         shared=True, grow=1.0)
 def test_link_bandwidths_are_exact_and_monotone_over_the_whole_range(h100_64, xp, ports, port, pcie, pcie_bw,
                                                                      fraction, shared, grow):
     one = lambda *a: tuple(np.float64(np.asarray(x)) for x in pm.link_bandwidths(_system(h100_64, xp, *a)))
@@ -100,16 +104,18 @@ def test_link_bandwidths_are_exact_and_monotone_over_the_whole_range(h100_64, xp
     assert np.isfinite([up, out]).all() and up > 0 and out > 0
     if pcie in (0.0, 1.0) and not shared:          # exact: the NIC's bandwidth, or the lesser of it and PCIe's
         assert out == (total if pcie == 0.0 else capped)
+    # in float32 each term of a blend rounds to an ulp of the NIC's total, not of the blend
+    ulps = 4 * float(np.finfo(np.float32).eps) * float(total)
     if shared:
-        assert eff == pytest.approx(total * (1 - pcie) + pcie * capped, rel=1e-6)
+        assert eff == pytest.approx(total * (1 - pcie) + pcie * capped, rel=1e-6, abs=ulps)
     # monotone: more NIC or PCIe bandwidth never lowers a link (both terms grow: exactly, in float32);
     # less PCIe attachment neither (one term grows, one shrinks: to float32 rounding)
     hi_port, hi_pcie = min(port * grow, PORT[1]), min(pcie_bw * grow, PCIE[1])
-    for changed, tol in (((ports, hi_port, pcie, pcie_bw, fraction, shared), 0.0),
-                         ((ports, port, pcie, hi_pcie, fraction, shared), 0.0),
-                         ((ports, port, pcie * 0.5, pcie_bw, fraction, shared), 1e-6)):
+    for changed, tol, slack in (((ports, hi_port, pcie, pcie_bw, fraction, shared), 0.0, 0.0),
+                                ((ports, port, pcie, hi_pcie, fraction, shared), 0.0, 0.0),
+                                ((ports, port, pcie * 0.5, pcie_bw, fraction, shared), 1e-6, ulps)):
         up2, out2 = one(*changed)
-        assert up2 >= up * (1 - tol) and out2 >= out * (1 - tol), changed
+        assert up2 >= up * (1 - tol) - slack and out2 >= out * (1 - tol) - slack, changed
 
 
 # ------------------------------------------------------------------------------------- the whole model
