@@ -7,6 +7,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import perfmodel as pm
 from perfmodel.analysis.sensitivity import _grad as _sensitivity_grad
@@ -23,6 +24,11 @@ pm.enable_compile_cache()
 # more processes, each importing and loading the same programs, to share the same cores. Its jobs
 # run in the calling process; the tests of the pool give their workers.
 os.environ.setdefault("PERFMODEL_WORKERS", "1")
+# Property tests draw the same examples in every run (derandomized), so that a verdict is the code's and
+# not the draw's; HYPOTHESIS_PROFILE=explore draws fresh examples each run, to hunt for new failures
+settings.register_profile("suite", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 @pytest.fixture(scope="session")
