@@ -305,8 +305,8 @@ def add_planning(p, executors: bool = False) -> None:
         p.add_argument("--workers", type=int,
                        help="processes searching points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
         p.add_argument("--ray", metavar="ADDRESS", help="search points on the Ray cluster at ADDRESS (host:port), or "
-                                                        "'local' to start one here with as many CPUs as --workers would give the pool "
-                                                        "(pip install 'perfmodel[distributed]')")
+                                                        "'local' to start one here with as many CPUs as --workers "
+                                                        "would give the pool (pip install 'perfmodel[distributed]')")
 
 
 def add_problem(p, executors: bool = False) -> None:

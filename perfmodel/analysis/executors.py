@@ -9,10 +9,10 @@ cores; one worker runs the jobs in this process; spawned, not forked, because JA
 "serial" (this process), "ray" (tasks on the cluster at `ray_address`: "host:port" of a running
 head node, "local" to start one here for the call with `workers` CPUs, by default $PERFMODEL_WORKERS,
 else the cores; None to use the Ray instance this process has already started, else ray.init()'s
-default), or an Executor. Spawned workers import the main
-module: a script that uses the pool starts its work under `if __name__ == "__main__":`. Every worker
-enables the persistent compile cache (the folder this process uses), so only the first worker on a
-machine compiles. `fn` and the jobs must pickle.
+default), or an Executor. Spawned workers import the main module: a script that uses the pool
+starts its work under `if __name__ == "__main__":`. Every worker enables the persistent compile
+cache (the folder this process uses), so only the first worker on a machine compiles. `fn` and the
+jobs must pickle.
 """
 
 from __future__ import annotations
