@@ -158,6 +158,8 @@ def test_cli_summary_json_and_unknown_dataset(capsys):
     assert main(["validate", "--kind", "collectives", "--json", "--dataset", "deepep_h800_intranode_all_to_all"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["collectives"]["datasets"][0]["rows"][0]["metric"] == "nvlink_GBps"
+    # the bundled data: named from the checkout, so a stored report reads the same on any machine
+    assert rep["collectives"]["datasets"][0]["file"] == "data/measurements/collectives/deepep_h800_intranode_all_to_all.csv"
     assert main(["validate", "--dataset", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a dataset" in err[0]
@@ -174,9 +176,10 @@ def test_data_is_a_root_of_kinds_or_a_folder_of_one(tmp_path, capsys):
     nested.mkdir(parents=True)
     (flat / "mine.csv").write_text(src.read_text())
     (nested / "mine.csv").write_text(src.read_text())
-    for folder in (flat, nested.parent):
+    for folder, where in ((flat, flat), (nested.parent, nested)):
         rep = val.run(data=folder)
         assert list(rep) == ["collectives"] and [d["dataset"] for d in rep["collectives"]["datasets"]] == ["mine"]
+        assert rep["collectives"]["datasets"][0]["file"] == str(where / "mine.csv")    # a user's file: as given
     with pytest.raises(ConfigError, match="one kind of measurement"):
         val.run(["collectives", "steps"], data=flat)
     with pytest.raises(ConfigError, match="no such folder of step measurements"):

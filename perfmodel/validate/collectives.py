@@ -47,7 +47,7 @@ import optax
 from ..config import DATA_DIR, ConfigError
 from ..cost import collectives as coll
 from ..hardware import load_system
-from .csvfile import read_rows
+from .csvfile import read_rows, shown
 
 MEASUREMENTS = DATA_DIR / "measurements" / "collectives"
 COLUMNS = ("system", "collective", "algorithm", "size_bytes", "metric", "value", "harness", "source", "note")
@@ -307,7 +307,7 @@ def validate_dataset(ds: Dataset, iterations: int = 300, floors: dict[str, float
                      "modelled_as": _modelled_as(r, systems[r.system]), "harness": r.harness,
                      "harness_floor_s": floors.get(r.harness, 0.0), "source": r.source})
     large = np.asarray([r.size_bytes >= LARGE_BYTES for r in ds.rows])
-    return {"dataset": ds.name, "file": str(ds.path), "rows": rows,
+    return {"dataset": ds.name, "file": shown(ds.path), "rows": rows,
             "blind_geomean_err": geomean_error(blind, meas),
             "blind_large_geomean_err": geomean_error(blind[large], meas[large]), "n_large": int(large.sum()),
             "blind_max_err": float(np.max(np.abs(blind / meas - 1.0))),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config import DATA_DIR, ConfigError
 
 
 def read_rows(path: Path, columns: tuple[str, ...], what: str) -> list[tuple[str, dict]]:
@@ -26,3 +26,12 @@ def read_rows(path: Path, columns: tuple[str, ...], what: str) -> list[tuple[str
                           "UTF-8 CSV") from None
     except (OSError, csv.Error) as err:
         raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+
+
+def shown(path: Path) -> str:
+    """How a report names a dataset's file: relative to the checkout for the bundled data (so a
+    stored report reads the same on every machine), the path as given otherwise."""
+    try:
+        return Path(path).resolve().relative_to(DATA_DIR.parent).as_posix()
+    except ValueError:
+        return str(path)

@@ -40,7 +40,7 @@ import optax
 
 from ..config import DATA_DIR, ConfigError
 from ..plan import PRECISIONS, Plan, plan_from_dict, to_arrays
-from .csvfile import read_rows
+from .csvfile import read_rows, shown
 
 STEPS = DATA_DIR / "measurements" / "steps"
 COLUMNS = ("system", "model", "global_batch", "dense_dtype", "comm_precisions", "in_network_reduction",
@@ -235,7 +235,7 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
                  "measured_ms": float(m), "blind_ms": b, "greedy_ms": g, "blind_err": b / m - 1.0,
                  "greedy_err": g / m - 1.0, "plan": p.to_dict(), "source": r.source}
                 for r, m, b, g, p in zip(rows, meas, blind, greedy, plans)]
-    rep = {"dataset": ds.name, "file": str(ds.path), "rows": out_rows,
+    rep = {"dataset": ds.name, "file": shown(ds.path), "rows": out_rows,
            "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1)))}
     if calibrated:
         systems = sorted({r.system for r in rows})
