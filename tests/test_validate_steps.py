@@ -56,6 +56,11 @@ HEADER = "system,model,global_batch,dense_dtype,comm_precisions,in_network_reduc
     ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,-3.5,r,s", "ms_per_step"),
     ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp64,no,,3.5,r,s", "comm_precisions"),
     ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,chunks=2,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,pipeline=maybe,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,overlap_chunks=0,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,overlap_chunks=1.5,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,grad_buckets=2000,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,dense=sharded,3.5,r,s", "plan_settings"),
     ("h100-64,dlrm-dcnv2-mlperf,55296,fp16,fp32,yes,,3.5,r,s", "in_network_reduction"),
     ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,", "source"),
     ("nope-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,s", "system"),
@@ -65,6 +70,13 @@ def test_a_bad_row_is_one_error_naming_file_line_and_field(tmp_path, line, field
     with pytest.raises(ConfigError) as err:
         st.load_step_datasets(tmp_path)
     assert err.value.field == field and err.value.source.endswith("bad.csv:2"), (err.value.source, err.value.field)
+
+
+def test_plan_settings_parse_as_a_plan_holds_them(tmp_path):
+    (tmp_path / "ok.csv").write_text(HEADER + "h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,"
+                                     "overlap_chunks=4; pipeline=no; offload=false; dense=replicated,3.5,r,s\n")
+    (row,) = st.load_step_datasets(tmp_path)[0].rows
+    assert row.settings == {"overlap_chunks": 4, "pipeline": False, "offload": False, "dense": "replicated"}
 
 
 def test_a_missing_column_or_non_utf8_file(tmp_path):

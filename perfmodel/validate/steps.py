@@ -39,7 +39,7 @@ import numpy as np
 import optax
 
 from ..config import DATA_DIR, ConfigError
-from ..plan import PRECISIONS, Plan, plan_from_dict, to_arrays
+from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
 from .csvfile import read_rows, shown
 
 STEPS = DATA_DIR / "measurements" / "steps"
@@ -124,15 +124,15 @@ def _row(raw: dict, where: str) -> StepRow:
         key, value = key.strip(), value.strip()
         if key not in SETTINGS:
             raise ConfigError(where, "plan_settings", f"{key!r} is not a plan setting a run can fix; allowed: {', '.join(SETTINGS)}")
-        try:
-            settings[key] = (value.lower() in ("true", "yes", "1")) if SETTINGS[key] is bool else SETTINGS[key](value)
-        except ValueError:
-            raise ConfigError(where, "plan_settings", f"{key} = {value!r} is not a {SETTINGS[key].__name__}") from None
+        settings[key] = _setting(key, value, where)
     try:
         system = as_system(raw["system"])
         as_model(raw["model"])
     except ConfigError as err:
         raise ConfigError(where, err.field or "system", err.message) from None
+    if settings.get("dense") == "hybrid" and system.uneven_domains:
+        raise ConfigError(where, "plan_settings", f"dense = hybrid needs equal scale-up domains; {raw['system']}'s "
+                          "are not: use replicated or fully_sharded")
     top = system.levels[-1]
     if innet == "yes" and not (len(system.levels) > 1 and top.switch_reduction):
         raise ConfigError(where, "in_network_reduction", f"is yes but {raw['system']}'s {top.name} level does not reduce "
@@ -140,6 +140,24 @@ def _row(raw: dict, where: str) -> StepRow:
     return StepRow(raw["system"], raw["model"], int(num("global_batch", True)), DTYPES[dtype],
                    tuple(dict.fromkeys(DTYPES[p] for p in precisions)), innet == "yes", settings, num("ms_per_step"),
                    raw.get("run", ""), raw["source"], where)
+
+
+def _setting(key: str, value: str, where: str):
+    """One `key=value` of a run's plan_settings, as a plan holds it (plan.validate_plan's rules), or
+    one ConfigError naming the row, the field and what is allowed."""
+    kind = SETTINGS[key]
+    if kind is bool:
+        word = value.lower()
+        if word not in ("yes", "no", "true", "false"):
+            raise ConfigError(where, "plan_settings", f"{key} = {value!r}: must be yes or no (true or false)")
+        return word in ("yes", "true")
+    if kind is int:
+        if not (value.isdigit() and 1 <= int(value) <= 1024):
+            raise ConfigError(where, "plan_settings", f"{key} = {value!r}: must be an integer from 1 to 1024")
+        return int(value)
+    if value not in DENSE_MODES:
+        raise ConfigError(where, "plan_settings", f"{key} = {value!r}: allowed: {', '.join(DENSE_MODES)}")
+    return value
 
 
 def problem(row: StepRow):
