@@ -97,11 +97,45 @@ def test_same_seed_same_plan_and_figures(small_setup):
     assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2, why
     assert a.notes["gradient_steps"] == RELAXED_BATCHES * 150 and "nonfinite_gradient_entries" not in a.notes, why
     assert a.plan.to_dict() == b.plan.to_dict() and a.step_s == b.step_s and a.iterations == b.iterations, why
-    # where the rounds went: three phases in order, their rounds summing to the search's
+    # where the rounds went: the start, kicks until one finds nothing, the relaxed phase, then the
+    # kicks again; their rounds summing to the search's
     phases = b.notes["phases"]
-    assert [ph["name"] for ph in phases] == ["start", "relaxed", "kicks"]
+    names = [ph["name"] for ph in phases]
+    assert names[:3] == ["start", "kicks", "relaxed"] and names.count("relaxed") == 1 and set(names[3:]) <= {"kicks"}, names
     assert sum(ph["rounds"] for ph in phases) == b.iterations and min(ph["seconds"] for ph in phases) >= 0
     assert sum(ph["seconds"] for ph in phases) <= b.wall_s + 1e-6
+
+
+def test_the_relaxed_phase_takes_only_rounds_the_kicks_stopped_paying_for(small_setup):
+    """With gradient information a search makes the same kicks from the same plans, round for round,
+    as the search without it, until the first kick that finds nothing better; only then does the
+    relaxed phase run (pipeline.py). So it can lose to the search without it only by the rounds the
+    kicks had stopped paying for."""
+    from perfmodel.search import driver
+    from perfmodel.search.api import make_problem
+    from perfmodel.search.pipeline import Gradient, Options
+
+    class Traced(Gradient):
+        def __init__(self, options):
+            super().__init__(options)
+            self.trace = []
+
+        def step(self, p, s, budget):
+            s = super().step(p, s, budget)
+            self.trace.append((s.phase, s.best, s.kicks))
+            return s
+
+    system, model = small_setup
+    p = make_problem(system, model, precisions=("fp32",), sharding_types=pm.SHARDING_TYPES, freeze_settings=False)
+    on, off = Traced(Options()), Traced(Options(relaxed=False))
+    for method in (on, off):
+        driver.run(method, p, 3, driver.Budget(iterations=400))
+    k = next(i for i, (phase, _, _) in enumerate(on.trace) if phase == "relaxed")
+    assert on.trace[k - 1][0] == "kicks" and on.trace[k - 1][2] >= 1       # kicks ran first
+    assert on.trace[:k] == off.trace[:k] and on.trace[k][1] == off.trace[k][1]    # the same kicks, the same bests
+    # the kick that ended at round k found nothing: the best held when it began is the best after it
+    began = max(i for i in range(k) if on.trace[i][2] < on.trace[k][2]) + 1
+    assert on.trace[began][1] == on.trace[k][1]
 
 
 def test_iterations_bound_the_work_and_fix_the_plan(small_setup):

@@ -29,7 +29,7 @@ from ..workload import RankingModel
 # Rounds of the per-point search in studies: enough for the relaxed phase to reach the basins that
 # decide a study's answer, fewer than pm.search's own default (2,400 rounds on dlrm-dcnv2-mlperf at
 # 64 chips) because a study searches many points. On the eight h100-64 variants of the MTIA 300
-# attribution, three seeds at 300 rounds agree within 1 % at every point; at 150 rounds one point
+# attribution, three seeds at 300 rounds agree within 1.4 % at every point; at 150 rounds one point
 # spreads 1.40-1.66 ms over the seeds (benchmarks/RESULTS.md). A user who wants more gives iterations=.
 STUDY_ITERATIONS = 300
 KINDS = ("search", "greedy")

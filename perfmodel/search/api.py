@@ -4,7 +4,8 @@
     result.plan, result.step_s, result.breakdown, result.iterations, result.converged
 
 Methods: gradient (greedy start, vectorized local search with first-order-ranked moves on large
-instances, relaxed restarts optimized by Adam and rounded, iterated local search), greedy
+instances, iterated local search, relaxed restarts optimized by Adam and rounded when a kick stops
+paying), greedy
 (TorchRec-style), random, evolutionary, exact (MILP over table placements, small instances). Every
 method's plan is evaluated by the same hard model. The work is bounded by `iterations` (rounds:
 driver.py), so the same problem, seed and iterations give the same plan in any process;

@@ -1,4 +1,4 @@
-"""The gradient method: a chain of three phases over one explicit state.
+"""The gradient method: a chain of phases over one explicit state.
 
   start    greedy's plan (or the given start), or its multi-resource repacking (pack.py) when that
            scores better (with a guard, also a start packed on the guard's costs); on a large
@@ -13,6 +13,15 @@
            rounds left, up to `batches`; none that would leave its finalists no round each.
   kicks    iterated local search: the best plan kicked (a few seeded random table moves) and
            descended, kept when better; `planned` kicks.
+
+The order of the last two depends on what a kick costs. On a large instance a kick's descent
+(first-order-ranked moves) takes tens of rounds, and the relaxed phase's restarts are the better
+use of them: start, relaxed, kicks. On a small one (every move scored: p.exhaustive) a descent is
+a few cheap rounds and the kicks find the nearby basins first: start, kicks while each finds a
+better plan, the relaxed phase at the first that does not (a stalled local search is when a
+restart from elsewhere pays), then the rest of the kicks from the best plan held. There a search
+makes the same kicks from the same plans as the search without the relaxed phase until that kick,
+so the relaxed phase spends only rounds the kicks had stopped paying for.
 
 Gradient information enters twice, each switched by an option for the ablation: the relaxed phase
 (relaxed=False skips it), and first-order ranking of a large instance's moves (rank=False: the
@@ -76,6 +85,7 @@ class State:
     seed: int = 0
     race: rc.Race | None = None
     incumbent: bool = False          # the start's descent had not stopped: it joins the first race
+    relaxed_due: bool = False        # a small instance's relaxed phase, run when a kick first finds nothing
     early: tuple = (None, float("inf"))   # a small instance's greedy compound move, scored in numpy
     batch: Batch | None = None
     batches: int = 0                 # relaxed batches begun
@@ -168,14 +178,15 @@ class Gradient:
         plan, score, origin = race.best
         notes = dict(s.notes, start=s.notes["start"] + (", compound move" if origin == 1 and p.exhaustive else ""),
                      refined_start_s=score)
-        s = dataclasses.replace(s, notes=notes, incumbent=_unfinished(race))
-        return self._begin_relaxed(p, s, budget) if self.o.relaxed else self._begin_kicks(p, s)
+        if self.o.relaxed and not p.exhaustive:
+            return self._begin_relaxed(p, dataclasses.replace(s, notes=notes, incumbent=_unfinished(race)), budget)
+        return self._begin_kicks(p, dataclasses.replace(s, notes=notes, relaxed_due=self.o.relaxed), budget)
 
     def _begin_relaxed(self, p, s, budget) -> State:
         left = budget.left()
         # a batch that would leave its finalists no round each to descend is not begun
         if s.batches >= self.o.batches or (left is not None and left < FINALISTS + 2):
-            return self._begin_kicks(p, s)
+            return self._begin_kicks(p, s, budget)
         entropy = s.seed if s.batches == 0 else [s.seed, s.batches]
         warm = s.greedy if s.batches == 0 else s.best_plan
         params, opt = adam.prepare(p.system, p.model, seed=entropy, restarts=self.o.restarts, warm=warm)
@@ -212,15 +223,17 @@ class Gradient:
         left, took = budget.left(), budget.used - s.batch_began
         if left is None or took <= 0.5 * left:
             return self._begin_relaxed(p, s, budget)
-        return self._begin_kicks(p, s)
+        return self._begin_kicks(p, s, budget)
 
     # ------------------------------------------------------------------ kicks
-    def _begin_kicks(self, p, s) -> State:
+    def _begin_kicks(self, p, s, budget) -> State:
         s = dataclasses.replace(s, phase="kicks", race=None, batch=None, notes=dict(s.notes, relaxed_batches=s.batches))
-        return self._next_kick(p, s)
+        return self._next_kick(p, s, budget)
 
-    def _next_kick(self, p, s) -> State:
+    def _next_kick(self, p, s, budget) -> State:
         if s.kicks >= s.planned:
+            if s.relaxed_due:        # every kick paid: the relaxed phase takes the rounds they left
+                return self._begin_relaxed(p, dataclasses.replace(s, relaxed_due=False), budget)
             return dataclasses.replace(s, kick=None, done=True, notes=dict(s.notes, kicks=s.kicks))
         rng = np.random.default_rng([s.seed, s.kicks])
         d = ds.start(p, mv.kick(p, s.best_plan, rng), rank=self.o.rank)
@@ -231,7 +244,11 @@ class Gradient:
         s = dataclasses.replace(s, kick=d)
         if not d.done:
             return s
-        return self._next_kick(p, _better(s, *d.best))
+        before = s.best
+        s = _better(s, *d.best)
+        if s.relaxed_due and s.best >= before:      # the first kick that found nothing better
+            return self._begin_relaxed(p, dataclasses.replace(s, kick=None, relaxed_due=False), budget)
+        return self._next_kick(p, s, budget)
 
     # ------------------------------------------------------------------ protocol
     def best(self, s: State):
