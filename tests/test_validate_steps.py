@@ -107,7 +107,8 @@ def test_stored_results_are_what_the_model_computes(dataset, results):
 
 def test_stored_leave_one_system_out_predictions_reproduce(dataset, results):
     """Each system's calibrated plan, evaluated at the parameters fitted without it, gives the
-    stored step; the fold's parameters were fitted on the other systems (one fold per system)."""
+    stored step, no slower than its blind plan there; the fold's parameters were fitted on the other
+    systems (one fold per system)."""
     assert set(results["folds"]) == {r.system for r in dataset.rows}
     for row, out in zip(dataset.rows, results["rows"]):
         theta = jnp.asarray([results["folds"][row.system][p] for p in st.PARAMETERS], jnp.float32)
@@ -115,6 +116,9 @@ def test_stored_leave_one_system_out_predictions_reproduce(dataset, results):
         system = st.scaled(system, theta)
         plan = st.row_plan({"plan": out["calibrated_plan"]}, system, model)
         assert st._step_ms(system, model, plan) == pytest.approx(out["calibrated_ms"], rel=1e-4), row.where
+        # the blind plan is a candidate at the fitted parameters: the calibrated plan is never slower there
+        blind = st.row_plan(out, system, model)
+        assert out["calibrated_ms"] <= st._step_ms(system, model, blind) * (1 + 1e-4), row.where
         assert out["calibrated_err"] == pytest.approx(out["calibrated_ms"] / out["measured_ms"] - 1.0, rel=1e-9)
     cal = [r["calibrated_ms"] for r in results["rows"]]
     assert results["calibrated_geomean_err"] == pytest.approx(st.geomean(cal, [r["measured_ms"] for r in results["rows"]]),
