@@ -428,7 +428,11 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     target = float(bd_tr.step_s)
     matched = first_at(cold["progress"], target)
     speed_cold = tr_wall / matched if matched else 0.0
-    speed_quick = tr_wall / quick.wall_s
+    # the warm process's search is given a tenth of TorchRec's time and takes all of it (its iterations
+    # outlast it), so its planning time is read as the others': when it first held a plan as fast as
+    # TorchRec's
+    quick_at = quick.first_at(target)
+    speed_quick = tr_wall / quick_at if quick_at else 0.0
     # new processes that load their programs from the persistent cache (a repeat user of the CLI)
     reload_runs = [first_at(r["progress"], target) for r in processes[1:]]
     reload_at = statistics.median([t if t is not None else float("inf") for t in reload_runs])
@@ -449,7 +453,9 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     print(f"    target planning >= 10x faster: cold {verdict(speed_cold >= 10)} ({tr_wall:.2f} s / "
           f"{matched or float('inf'):.2f} s = {speed_cold:.2f}x; it then searched to the end of its {budget_s:g}-s "
           f"budget, {cold['wall_s']:.2f} s); new process, programs loaded from the disk cache "
-          f"{verdict(speed_reload >= 10)} ({reloaded}); warm process {verdict(speed_quick >= 10)} ({tr_wall:.2f} s / {quick.wall_s:.2f} s = {speed_quick:.1f}x)")
+          f"{verdict(speed_reload >= 10)} ({reloaded}); warm process {verdict(speed_quick >= 10)} ({tr_wall:.2f} s / "
+          f"{quick_at or float('inf'):.2f} s = {speed_quick:.1f}x: as fast as TorchRec's plan that soon in its "
+          f"{quick.wall_s:.2f}-s search)")
     print(f"    target TorchRec-estimated cost no worse than TorchRec's choice ({rate_tr:.3f} ms): cold search's plan "
           f"{verdict(ok_cost['cold'])} ({versus('cold')}); warm {verdict(ok_cost['warm'])} ({versus('warm')}); "
           f"1/10-time {verdict(ok_cost['quick'])} ({versus('quick')})")
