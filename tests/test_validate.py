@@ -3,7 +3,6 @@ predicted blind and calibrated, bad CSVs get one clear error, the CLI prints the
 calibration-and-validation notebook runs top to bottom."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -191,16 +190,13 @@ def test_data_is_a_root_of_kinds_or_a_folder_of_one(tmp_path, capsys):
 
 def test_notebook_runs(tmp_path):
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(ROOT / "notebooks" / "04_calibration_and_validation.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")      # stored clean
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
-    outs = [o for c in nb.cells for o in c.get("outputs", [])]
-    assert not [o for o in outs if o.get("output_type") == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outs) >= 5      # steps, contention, collectives, oracle, calibration
-    md = "\n".join(o["data"]["text/markdown"] for o in outs if "text/markdown" in o.get("data", {}))
+    pytest.importorskip("nbclient")
+    from nbexec import NOTEBOOKS, execute, outputs
+    assert all(not c.get("outputs") for c in nbformat.read(NOTEBOOKS / "04_calibration_and_validation.ipynb",
+                                                           as_version=4).cells if c.cell_type == "code")  # stored clean
+    nb, _ = execute("04_calibration_and_validation.ipynb", tmp_path)
+    assert not outputs(nb, "error")
+    assert len(outputs(nb, "image")) >= 5      # steps, contention, collectives, oracle, calibration
+    md = "\n".join(outputs(nb, "markdown"))
     for needle in ("Blind: geometric-mean error", "Contention:", "Largest disagreement", "Held-out whole steps", "Blind target"):
         assert needle in md, needle
