@@ -10,6 +10,7 @@ import pytest
 from hypothesis import settings
 
 import perfmodel as pm
+from perfmodel import cache
 from perfmodel.analysis.sensitivity import _grad as _sensitivity_grad
 from perfmodel.evaluate import _evaluate
 
@@ -57,16 +58,25 @@ def small():
 
 
 @functools.lru_cache(maxsize=None)
-def step_fn(model_name: str, temperature: float = 0.0):
-    """jit(step_s)(system, plan_arrays) for one model; systems of equal structure share a compile."""
+def step_of(model_name: str, temperature: float = 0.0):
+    """step_s(system, plan_arrays) for one model, not compiled: for a test's own jit of its vmap or grad."""
     model = pm.load_model(model_name)
-    return jax.jit(lambda system, pa: _evaluate(system, model, pa, temperature).step_s)
+    return lambda system, pa: _evaluate(system, model, pa, temperature).step_s
+
+
+@functools.lru_cache(maxsize=None)
+def step_fn(model_name: str, temperature: float = 0.0):
+    """jit(step_s)(system, plan_arrays) for one model; systems of equal structure share a compile.
+    Compiled with the XLA options of pm.evaluate (cache.jit, quick): the program the tests check is
+    the one a user runs, and it compiles faster than with XLA's defaults. (Options go on a top-level
+    jit only: under a test's vmap or grad, jit step_of's function instead.)"""
+    return cache.jit(step_of(model_name, temperature), quick=True)
 
 
 @functools.lru_cache(maxsize=None)
 def breakdown_fn(model_name: str, temperature: float = 0.0):
     model = pm.load_model(model_name)
-    return jax.jit(lambda system, pa: _evaluate(system, model, pa, temperature))
+    return cache.jit(lambda system, pa: _evaluate(system, model, pa, temperature), quick=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from conftest import breakdown_fn, grad_fn, step_fn
+from conftest import breakdown_fn, grad_fn, step_fn, step_of
+from perfmodel import cache
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def test_evaluate_inside_a_users_jit_and_vmap_equals_the_top_level_call(setup):
 def test_vmap_over_plans_equals_one_at_a_time(mtia64, small):
     plans = pm.random_plans(jax.random.PRNGKey(3), mtia64, small, 8)
     f = step_fn("dlrm-small")
-    batched = jax.jit(jax.vmap(f, in_axes=(None, 0)))(mtia64, plans)
+    batched = cache.jit(jax.vmap(step_of("dlrm-small"), in_axes=(None, 0)))(mtia64, plans)
     single = [float(f(mtia64, jax.tree_util.tree_map(lambda x: x[i], plans))) for i in range(8)]
     np.testing.assert_allclose(np.asarray(batched), single, rtol=1e-6)
     assert len(set(np.round(np.asarray(batched), 9))) > 1      # the plans differ, so do the times
@@ -99,8 +100,7 @@ def test_gradient_wrt_hardware_matches_finite_differences(mtia64, mlperf):
 
 def test_gradient_wrt_relaxed_plan_is_finite_and_nonzero(mtia64, mlperf):
     pa = pm.to_arrays(pm.default_plan(mtia64, mlperf), mtia64, mlperf)
-    f = step_fn("dlrm-dcnv2-mlperf", 0.05)
-    g = jax.grad(f, argnums=1)(mtia64, pa)
+    g = cache.jit(jax.grad(step_of("dlrm-dcnv2-mlperf", 0.05), argnums=1))(mtia64, pa)
     for path, leaf in jax.tree_util.tree_leaves_with_path(g):
         assert np.all(np.isfinite(np.asarray(leaf))), jax.tree_util.keystr(path)
     assert float(jnp.abs(g.placement).sum()) > 0 and float(jnp.abs(g.a2a_precision).sum()) > 0

@@ -4,12 +4,12 @@ import dataclasses
 import functools
 from types import SimpleNamespace
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import perfmodel as pm
+from perfmodel import cache
 from perfmodel.analysis import KNOBS, parse_values, parse_vary, set_knobs, sweep
 from perfmodel.analysis import table as tbl
 from perfmodel.analysis.sweep import COLUMNS
@@ -40,7 +40,7 @@ def h100_8():
 
 @functools.lru_cache(maxsize=None)
 def _jitted():
-    return jax.jit(lambda s, m, p: _evaluate(s, m, p, 0.0))
+    return cache.jit(lambda s, m, p: _evaluate(s, m, p, 0.0), quick=True)     # as pm.evaluate compiles it
 
 
 def _by_hand(system, out_GBps=None, engines=None):

@@ -117,7 +117,9 @@ def leaf_info(system: System) -> list[tuple[str, str, str, float, str]]:
     return out
 
 
-@jit(static_argnames=("metric",))
+# quick: one call per table, so its compile is most of its cost (cache.QUICK_COMPILE_OPTIONS, as for
+# pm.evaluate's program)
+@jit(static_argnames=("metric",), quick=True)
 def _grad(system, model, plan, metric):
     """The metric and the gradient of its log w.r.t. the System (one reverse pass; a compile per metric)."""
     def f(s):

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..cache import jit
 from ..cost.compute import gemm_times, memory_time
 from ..cost.embedding import embedding_costs
 from ..evaluate import _evaluate
@@ -145,7 +146,7 @@ def fit(ms: list[Measurement], system: System, dtype: str, *, peaks: str, stream
     opt = optax.adam(lr)
     state = opt.init(theta)
 
-    @jax.jit
+    @jit                  # perfmodel's compile options (cache.jit), as for its other programs of the model
     def update(th, st):
         l, g = jax.value_and_grad(loss)(th)
         u, st = opt.update(g, st, th)
@@ -155,7 +156,7 @@ def fit(ms: list[Measurement], system: System, dtype: str, *, peaks: str, stream
         theta, state, l = update(theta, state)
         hist.append(float(l))
     chip = chip_of(theta)
-    pred = np.asarray(jax.jit(predict)(chip))
+    pred = np.asarray(jit(predict)(chip))
     for m, p in zip(order, pred):
         m.predicted = float(p)
     return chip, hist

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..cache import jit
 from ..config import DATA_DIR, ConfigError
 from ..cost import collectives as coll
 from ..hardware import load_system
@@ -271,8 +272,6 @@ def validate_dataset(ds: Dataset, iterations: int = 300, floors: dict[str, float
     def predict(theta):           # as the row's harness measures it
         return harnessed(gpus(theta), floor)
 
-    model_only = np.asarray(jax.jit(gpus)(jnp.zeros(2)))
-    blind = np.maximum(model_only, np.asarray(floor))
     train = jnp.asarray([r.train for r in ds.rows], jnp.float32)
     y = jnp.log(jnp.asarray(meas, jnp.float32))
 
@@ -282,7 +281,9 @@ def validate_dataset(ds: Dataset, iterations: int = 300, floors: dict[str, float
 
     opt = optax.adam(0.05)
 
-    @jax.jit
+    # one program per dataset: the fit, the blind prediction (the presets' scales, 1) and the fitted one,
+    # compiled with the options of perfmodel's other programs (cache.jit: they compile faster)
+    @jit
     def fit(theta):
         def body(carry, _):
             th, st = carry
@@ -290,9 +291,9 @@ def validate_dataset(ds: Dataset, iterations: int = 300, floors: dict[str, float
             u, st = opt.update(g, st, th)
             return (optax.apply_updates(th, u), st), None
         (th, _), _ = jax.lax.scan(body, (theta, opt.init(theta)), None, length=iterations)
-        return th
-    theta = fit(jnp.zeros(2))
-    cal = np.asarray(jax.jit(predict)(theta))
+        return th, gpus(jnp.zeros(2)), predict(th)
+    theta, model_only, cal = (np.asarray(x) for x in fit(jnp.zeros(2)))
+    blind = np.maximum(model_only, np.asarray(floor))
     for r, b, c in zip(ds.rows, blind, cal):
         r.blind_s, r.calibrated_s = float(b), float(c)
     held = np.asarray([not r.train for r in ds.rows])
