@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 import zlib
 
 # Programs compiled in at least this long are kept on disk: all of them, since a search's small
@@ -179,6 +180,8 @@ class Exported:
         self.fun, self.options = fun, compile_options(quick, library_fusions)
         self.plain = jax.jit(fun, compiler_options=self.options)
         self.calls: dict = {}         # (argument structure, shapes and dtypes) -> (callable on leaves, output structure)
+        # threads that call it at once (a user's thread-pool executor) wait for one compile, not one each
+        self._making = threading.Lock()
         functools.update_wrapper(self, fun)
 
     def __call__(self, *args):
@@ -206,11 +209,14 @@ class Exported:
 
         entry = self.calls.get(key)
         if entry is None:
-            try:
-                entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
-            except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
-                entry = (None, None)
-            self.calls[key] = entry
+            with self._making:
+                entry = self.calls.get(key)
+                if entry is None:
+                    try:
+                        entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
+                    except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
+                        entry = (None, None)
+                    self.calls[key] = entry
         return entry
 
     def _paths(self, folder: str, tree, shapes: tuple) -> tuple[str, str, str, str]:

@@ -153,3 +153,40 @@ def test_cache_command_counts_prunes_and_clears_only_cache_files(tmp_path, monke
         assert cli.main(["cache"]) == 0 and "off" in capsys.readouterr().out
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_threads_that_call_an_exported_program_at_once_make_it_once(monkeypatch):
+    """Threads calling a cache.jit(export=True) function with the same shapes at once (a user's
+    thread-pool executor running two searches) wait for one compile: the program is made once and
+    both get its result."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from perfmodel import cache
+
+    made = []
+    fn = cache.jit(lambda x: jnp.tanh(x) * 2.0, export=True)
+
+    def making(folder, tree, shapes, leaves):       # stands in for trace, export and compile
+        made.append(threading.get_ident())
+        time.sleep(0.2)                              # the other thread has asked by now
+        return (lambda *xs: [jnp.tanh(xs[0]) * 2.0]), jax.tree_util.tree_structure(0.0)
+
+    monkeypatch.setattr(cache, "exporting", lambda: True)
+    monkeypatch.setattr(fn, "_made", making)
+    x = np.linspace(0, 1, 5, dtype=np.float32)
+    both = threading.Barrier(2)
+
+    def call(_):
+        both.wait()
+        return np.asarray(fn(x))
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(call, range(2))
+    assert len(made) == 1, made
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, np.tanh(x) * 2.0, rtol=1e-6)
