@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import importlib
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -110,6 +111,26 @@ def test_chunked_sweep_equals_separate_calls(mtia_small):
         part = tbl.columns(sweep(system, model, {k: list(whole[k][lo:hi]) for k in vary}, plan=plan, paired=True))
         for k in whole:
             assert np.array_equal(whole[k][lo:hi], part[k]), k
+
+
+def test_a_long_sweep_compiles_for_speed_and_gives_the_quick_programs_figures(mtia_small, monkeypatch):
+    """A sweep of more than QUICK_CHUNKS chunks runs the program compiled for speed, a shorter one
+    the quick-compiled one; the figures agree to float32 rounding."""
+    system, model, plan = mtia_small
+    swp = importlib.import_module("perfmodel.analysis.sweep")
+    used = []
+    for name in ("_run", "_run_quick"):
+        fn = getattr(swp, name)
+        monkeypatch.setattr(swp, name, lambda *a, fn=fn, name=name: used.append(name) or fn(*a))
+    vary = {"scale_out_bandwidth_GBps": np.linspace(25, 400, 16 * swp.QUICK_CHUNKS + 3)}
+    long = tbl.columns(sweep(system, model, vary, plan=plan, chunk=16))
+    assert set(used) == {"_run"} and len(used) == swp.QUICK_CHUNKS + 1
+    used.clear()
+    short = tbl.columns(sweep(system, model, vary, plan=plan, chunk=256))
+    assert used == ["_run_quick"]
+    for k in ("step_ms", "exposed_comm_ms", "samples_per_s"):
+        np.testing.assert_allclose(long[k], short[k], rtol=1e-5, err_msg=k)
+    assert len(set(np.round(long["step_ms"], 6))) > 1          # the knob moves the step
 
 
 def test_pcie_cap_dedicated_scale_up_and_engines(h100_8, small):
