@@ -180,8 +180,10 @@ class Exported:
         self.fun, self.options = fun, compile_options(quick, library_fusions)
         self.plain = jax.jit(fun, compiler_options=self.options)
         self.calls: dict = {}         # (argument structure, shapes and dtypes) -> (callable on leaves, output structure)
-        # threads that call it at once (a user's thread-pool executor) wait for one compile, not one each
-        self._making = threading.Lock()
+        # threads that ask for one program at once (a user's thread-pool executor) wait for one compile,
+        # not one each; a lock per program, so that programs of other shapes compile side by side
+        self._making: dict = {}
+        self._guard = threading.Lock()
         functools.update_wrapper(self, fun)
 
     def __call__(self, *args):
@@ -209,7 +211,9 @@ class Exported:
 
         entry = self.calls.get(key)
         if entry is None:
-            with self._making:
+            with self._guard:
+                making = self._making.setdefault(key, threading.Lock())
+            with making:
                 entry = self.calls.get(key)
                 if entry is None:
                     try:

@@ -190,3 +190,37 @@ def test_threads_that_call_an_exported_program_at_once_make_it_once(monkeypatch)
     assert len(made) == 1, made
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a, np.tanh(x) * 2.0, rtol=1e-6)
+
+
+def test_threads_that_ask_for_programs_of_different_shapes_make_them_side_by_side(monkeypatch):
+    """Two shapes of one cache.jit(export=True) function are two programs: a thread making one does
+    not hold up a thread making the other. Each maker here waits for the other to have started, so
+    one lock for the whole function would leave the first waiting until its timeout."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from perfmodel import cache
+
+    fn = cache.jit(lambda x: x + 1.0, export=True)
+    started = threading.Barrier(2, timeout=10)
+    overlapped = []
+
+    def making(folder, tree, shapes, leaves):       # stands in for trace, export and compile
+        try:
+            started.wait()
+            overlapped.append(True)
+        except threading.BrokenBarrierError:
+            overlapped.append(False)
+        return (lambda *xs: [xs[0] + 1.0]), jax.tree_util.tree_structure(0.0)
+
+    monkeypatch.setattr(cache, "exporting", lambda: True)
+    monkeypatch.setattr(fn, "_made", making)
+    xs = [np.zeros(3, np.float32), np.zeros(4, np.float32)]
+    with ThreadPoolExecutor(2) as pool:
+        out = list(pool.map(lambda x: np.asarray(fn(x)), xs))
+    assert overlapped == [True, True]
+    for x, y in zip(xs, out):
+        np.testing.assert_array_equal(y, x + 1.0)
