@@ -189,11 +189,9 @@ def test_data_is_a_root_of_kinds_or_a_folder_of_one(tmp_path, capsys):
 
 
 def test_notebook_runs(tmp_path):
-    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
-    from nbexec import NOTEBOOKS, execute, outputs
-    assert all(not c.get("outputs") for c in nbformat.read(NOTEBOOKS / "04_calibration_and_validation.ipynb",
-                                                           as_version=4).cells if c.cell_type == "code")  # stored clean
+    from nbexec import execute, outputs
     nb, _ = execute("04_calibration_and_validation.ipynb", tmp_path)
     assert not outputs(nb, "error")
     assert len(outputs(nb, "image")) >= 5      # steps, contention, collectives, oracle, calibration
