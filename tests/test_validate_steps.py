@@ -45,6 +45,8 @@ def test_the_dataset_holds_the_published_steps(dataset):
     # what the runs used: fp16 dense compute and all-to-alls (as bf16 runs them), SHARP on Eos's 8 nodes
     assert {r.dense_dtype for r in dataset.rows} == {"bf16"} and all("bf16" in r.precisions for r in dataset.rows)
     assert [r.system for r in dataset.rows if r.in_network] == ["h100ib-64"]
+    # HugeCTR's software: MLPs data-parallel (their gradients all-reduced), all-to-alls not chunked
+    assert all(r.settings == {"overlap_chunks": 1, "dense": "replicated"} for r in dataset.rows)
 
 
 HEADER = "system,model,global_batch,dense_dtype,comm_precisions,in_network_reduction,plan_settings,ms_per_step,run,source\n"
