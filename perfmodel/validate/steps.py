@@ -8,8 +8,8 @@ measured ms per step, source). For each row:
                budget_s=None) on the named system at the run's batch and precisions, the presets as
                they are; greedy's step beside it. Where the run's software fixes plan settings
                (plan_settings, e.g. dense=replicated: data-parallel MLPs; overlap_chunks=1: no
-               chunked overlap of the all-to-alls with the dense layers), the search's plan takes them and its tables are searched again
-               with every setting held
+               chunked overlap of the all-to-alls with the dense layers), the search's plan takes
+               them and its tables are searched again with every setting held
   calibrated   leave one system out: the shared parameters below fitted (optax, mean absolute log
                error, the metric reported, plus a weak pull towards 1) on every other system's rows,
                with their blind plans held, then this system's plan searched again at the fitted
