@@ -150,6 +150,20 @@ def test_a_race_of_known_plans_holds_the_lowest_from_the_start():
     assert r.stage[0] == 1
 
 
+def test_a_race_runs_the_plan_named_first_before_the_lower_ones_and_halves_by_score():
+    """first= puts one plan's descent ahead of the lower-scored ones in the first stage (a small
+    instance's population plan); the plan held and the halving after the stage stay by score."""
+    r = rc.start(["a", "b", "c", "d"], [6.0, 3.0, 5.0, 9.0], allowance=24, first=3)
+    assert r.stage == (3, 1, 2, 0) and r.best == ("b", 3.0, 1)
+    taken = []
+    while not r.done:
+        taken.append(r.stage[0])
+        r = rc.step(None, r, begin=stub_start, advance=stub_descend)
+    # stage 1 as in the race above but d first: d 2, b 2, c 1 (stops), a 3; then b (3.0) and c
+    # (4.0) go on, b alone, until its list ends (7 rounds)
+    assert taken == [3, 3, 1, 1, 2, 0, 0, 0] + [1] * 7 and r.best == ("b", 1.0, 1)
+
+
 def test_progress_draws_from_the_rounds_a_line_per_phase_off_a_terminal():
     """Off a terminal (a log, CI) the progress is one line at the start and one per new phase,
     however many rounds each phase takes, never a redraw."""

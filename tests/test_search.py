@@ -97,11 +97,12 @@ def test_same_seed_same_plan_and_figures(small_setup):
     assert b.notes["relaxed_batches"] == RELAXED_BATCHES and b.notes["kicks"] >= 2, why
     assert a.notes["gradient_steps"] == RELAXED_BATCHES * 150 and "nonfinite_gradient_entries" not in a.notes, why
     assert a.plan.to_dict() == b.plan.to_dict() and a.step_s == b.step_s and a.iterations == b.iterations, why
-    # where the rounds went: the start, kicks until one finds nothing, the relaxed phase, then the
-    # kicks again; their rounds summing to the search's
+    # where the rounds went: the start, the population, the start's race, kicks until one finds
+    # nothing, the relaxed phase, then the kicks again; their rounds summing to the search's
     phases = b.notes["phases"]
     names = [ph["name"] for ph in phases]
-    assert names[:3] == ["start", "kicks", "relaxed"] and names.count("relaxed") == 1 and set(names[3:]) <= {"kicks"}, names
+    assert names[:5] == ["start", "population", "start", "kicks", "relaxed"], names
+    assert names.count("relaxed") == 1 and set(names[5:]) <= {"kicks"}, names
     assert sum(ph["rounds"] for ph in phases) == b.iterations and min(ph["seconds"] for ph in phases) >= 0
     assert sum(ph["seconds"] for ph in phases) <= b.wall_s + 1e-6
 
@@ -136,6 +137,40 @@ def test_the_relaxed_phase_takes_only_rounds_the_kicks_stopped_paying_for(small_
     # the kick that ended at round k found nothing: the best held when it began is the best after it
     began = max(i for i in range(k) if on.trace[i][2] < on.trace[k][2]) + 1
     assert on.trace[began][1] == on.trace[k][1]
+
+
+def test_a_small_instance_searches_first_with_a_population_whose_best_plan_it_descends(small_setup):
+    """On a small instance the gradient method's first phase is the evolutionary method's generations
+    (POPULATION plans; its first population the phase's first round, as the evolutionary method's
+    start, then a generation a round) until STALL of them find no lower plan or half the
+    rounds are spent; the search holds its best plan and races it. None when that half is under
+    MIN_GENERATIONS or with population=False."""
+    from perfmodel.plan import to_arrays
+    from perfmodel.search import driver
+    from perfmodel.search.api import make_problem
+    from perfmodel.search.baselines import Evolutionary
+    from perfmodel.search.pipeline import GENERATIONS, MIN_GENERATIONS, POPULATION, STALL, Gradient, Options
+
+    system, model = small_setup
+    p = make_problem(system, model, precisions=("fp32",), sharding_types=pm.SHARDING_TYPES, freeze_settings=False)
+    n = 1200
+    r = pm.search(system, model, "gradient", seed=1, iterations=n, budget_s=None)
+    phases, g = r.notes["phases"], r.notes["generations"]
+    assert [ph["name"] for ph in phases[:3]] == ["start", "population", "start"] and phases[1]["rounds"] == g
+    assert STALL < g <= min(GENERATIONS, n // 2)
+
+    def evolved(generations):          # the evolutionary method's best after `generations` populations
+        method = Evolutionary([to_arrays(pm.greedy_plan(system, model, p.masks), system, model)], size=POPULATION)
+        return driver.run(method, p, 1, driver.Budget(iterations=generations - 1)).score
+
+    assert r.notes["population_s"] == pytest.approx(evolved(g), rel=1e-6)
+    assert r.step_s <= r.notes["population_s"] * (1 + 1e-6)
+    if g < min(GENERATIONS, n // 2):   # it stalled: the last lower plan came STALL generations before its end
+        assert evolved(g - STALL) == evolved(g) < evolved(g - STALL - 1)
+    few = pm.search(system, model, "gradient", seed=1, iterations=2 * MIN_GENERATIONS - 2, budget_s=None)
+    assert "population" not in [ph["name"] for ph in few.notes["phases"]] and "generations" not in few.notes
+    off = driver.run(Gradient(Options(population=False)), p, 1, driver.Budget(iterations=n))
+    assert "population" not in [ph.name for ph in off.phases] and off.iterations == n
 
 
 def test_iterations_bound_the_work_and_fix_the_plan(small_setup):

@@ -149,27 +149,29 @@ class Random:
 
 class Evolutionary(Random):
     """A genetic algorithm on the one-hot encoding, one generation a round; `seeds` (the greedy
-    plan's arrays) join the first population."""
+    plan's arrays) join the first population; `size` plans in it (None: the problem's batch)."""
 
     name = "evolutionary"
 
-    def __init__(self, seeds=(), mutation: float | None = None):
-        self.seeds, self.mutation = list(seeds), mutation
+    def __init__(self, seeds=(), mutation: float | None = None, size: int | None = None):
+        self.seeds, self.mutation, self.size = list(seeds), mutation, size
 
     def init(self, p, seed, budget):
+        n = self.size or p.max_batch
         key, sub = jax.random.split(jax.random.PRNGKey(seed))
-        pop = _sample(sub, p.system, p.model, p.masks, p.max_batch, fewest_shards(p.masks))
-        for i, s in enumerate(self.seeds[:p.max_batch]):
+        pop = _sample(sub, p.system, p.model, p.masks, n, fewest_shards(p.masks))
+        for i, s in enumerate(self.seeds[:n]):
             pop = jax.tree_util.tree_map(lambda x, y: x.at[i].set(y), pop, s)
         fit = jnp.asarray(score_plans(p.system, p.model, pop, limits=p.limits))
-        return self._best(Sampled(key=key, pop=pop, fit=fit, evaluations=p.max_batch))
+        return self._best(Sampled(key=key, pop=pop, fit=fit, evaluations=n))
 
     def step(self, p, s: Sampled, budget) -> Sampled:
+        n = self.size or p.max_batch
         rate = jnp.float32(self.mutation if self.mutation is not None else min(0.5, 2.0 / p.T))
         key, sub = jax.random.split(s.key)
-        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, p.max_batch, rate, p.limits,
+        pop, fit = _generation(sub, s.pop, s.fit, p.system, p.model, p.masks, n, rate, p.limits,
                                fewest_shards(p.masks))
-        return self._best(dataclasses.replace(s, key=key, pop=pop, fit=fit, evaluations=s.evaluations + p.max_batch))
+        return self._best(dataclasses.replace(s, key=key, pop=pop, fit=fit, evaluations=s.evaluations + n))
 
     @staticmethod
     def _best(s: Sampled) -> Sampled:

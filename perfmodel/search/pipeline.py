@@ -1,5 +1,12 @@
 """The gradient method: a chain of phases over one explicit state.
 
+  population  on a small instance (every move scored: p.exhaustive), first: the evolutionary
+           method's generations (baselines.Evolutionary, POPULATION plans, greedy's in the first),
+           until STALL generations find no lower plan, or half the rounds (at most GENERATIONS);
+           its best plan is the third basin of the start's race, and the one that descends first.
+           None when that half is under MIN_GENERATIONS (a search of 300 rounds, a study's point,
+           has none), under a guard (the generations score without it) or with frozen settings
+           (they vary the settings).
   start    greedy's plan (or the given start), or its multi-resource repacking (pack.py) when that
            scores better (with a guard, also a start packed on the guard's costs); on a large
            instance its best compound move when that leads by COMPOUND_LEAD; on a small one a race
@@ -17,11 +24,18 @@
 The order of the last two depends on what a kick costs. On a large instance a kick's descent
 (first-order-ranked moves) takes tens of rounds, and the relaxed phase's restarts are the better
 use of them: start, relaxed, kicks. On a small one (every move scored: p.exhaustive) a descent is
-a few cheap rounds and the kicks find the nearby basins first: start, kicks while each finds a
-better plan, the relaxed phase at the first that does not (a stalled local search is when a
-restart from elsewhere pays), then the rest of the kicks from the best plan held. There a search
-makes the same kicks from the same plans as the search without the relaxed phase until that kick,
-so the relaxed phase spends only rounds the kicks had stopped paying for.
+a few cheap rounds and the kicks find the nearby basins first: population, start, kicks while
+each finds a better plan, the relaxed phase at the first that does not (a stalled local search is
+when a restart from elsewhere pays), then the rest of the kicks from the best plan held. There a
+search makes the same kicks from the same plans as the search without the relaxed phase until that
+kick, so the relaxed phase spends only rounds the kicks had stopped paying for.
+
+The population phase is there because a descent from greedy's plan keeps greedy's basin: where
+greedy's plan is far from good, the descents of its start and its compound move stall in it, while
+a population's best plan, its tables crossed from many random plans, starts a descent in another.
+A small population converges within seconds (a large one explores longer but takes a minute to pay),
+and a search holds its best plan before a descent could have left greedy's basin; on MLPerf, where
+greedy's basin is the good one, the phase stalls within a few hundred cheap generations.
 
 Gradient information enters twice, each switched by an option for the ablation: the relaxed phase
 (relaxed=False skips it), and first-order ranking of a large instance's moves (rank=False: the
@@ -38,11 +52,12 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..plan import Plan, stack
+from ..plan import Plan, from_arrays, stack, to_arrays
 from . import adam
 from . import descent as ds
 from . import moves as mv
 from . import race as rc
+from .baselines import Evolutionary
 from .compound import group_moves, pick_compound
 from .greedy import greedy_plan
 from .guard import packed_start
@@ -54,6 +69,10 @@ FINALISTS = 4          # rounded restarts raced
 RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
 KICK_WORK = 65536      # iterated-local-search kicks: 65,536 / (tables x devices), between 2 and 30
+POPULATION = 256       # plans in a small instance's population phase
+STALL = 50             # generations without a lower plan that end it ...
+GENERATIONS = 1000     # ... or half the rounds, up to this many ...
+MIN_GENERATIONS = 200  # ... and none when that half is fewer than this (populations stall after 150-700)
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class Options:
     batches: int = RELAXED_BATCHES
     relaxed: bool = True             # run the relaxed phase
     rank: bool = True                # first-order ranked moves on large instances
+    population: bool = True          # a small instance's population phase
     start: Plan | None = None        # the plan to refine (default: greedy's)
 
 
@@ -87,6 +107,10 @@ class State:
     incumbent: bool = False          # the start's descent had not stopped: it joins the first race
     relaxed_due: bool = False        # a small instance's relaxed phase, run when a kick first finds nothing
     early: tuple = (None, float("inf"))   # a small instance's greedy compound move, scored in numpy
+    pop: object = None               # the population phase's baselines.Sampled
+    generations: int = 0             # generations the population phase may take (0: none)
+    pop_gained: int = 0              # the last generation that lowered the population's best
+    evolved: Plan | None = None      # the population's best plan, a basin of the start's race
     batch: Batch | None = None
     batches: int = 0                 # relaxed batches begun
     batch_began: int = 0             # the round (budget.used) at which the last batch began
@@ -121,6 +145,11 @@ class Gradient:
         greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model, p.masks)
         s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed,
                   planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)))
+        left = budget.left()
+        generations = GENERATIONS if left is None else min(GENERATIONS, left // 2)
+        if self.o.population and p.exhaustive and p.guard is None and not p.freeze_settings \
+                and generations >= MIN_GENERATIONS:
+            s = dataclasses.replace(s, phase="population", generations=generations)
         if not p.eager:
             return s
         g_step, g_tie = (float(x) for x in p.pairs(stack([p.arrays(greedy)]), True)[:, 0])
@@ -156,17 +185,56 @@ class Gradient:
             if early[0] is not None and early[1] < compound_step:
                 compound, compound_step = early
             plans, steps = [start] + ([compound] if compound is not None else []), [start_step, compound_step]
-        race = rc.start(plans, steps, allowance=_half(budget), rank=self.o.rank)
-        s = dataclasses.replace(s, race=race, best_plan=greedy, best=greedy_score, notes={"start": name})
+        first = None
+        if s.evolved is not None:   # the population's basin descends first: the most rounds went into it
+            evolved, evolved_step, evolved_name = self._evolved_start(p, s.evolved)
+            first, plans, steps = len(plans), plans + [evolved], steps[:len(plans)] + [evolved_step]
+            s = dataclasses.replace(s, notes=dict(s.notes, evolved=evolved_name))
+        race = rc.start(plans, steps, allowance=_half(budget), rank=self.o.rank, first=first)
+        s = dataclasses.replace(s, race=race, notes=dict(s.notes, start=name))
+        if s.evolved is None:       # held in the compiled scorer's figures (the population's are already)
+            s = dataclasses.replace(s, best_plan=greedy, best=greedy_score)
         return _better(s, *race.best[:2])
+
+    @staticmethod
+    def _evolved_start(p: Problem, plan: Plan) -> tuple[Plan, float, str]:
+        """The population's plan, or its repacking when that scores better (as greedy's), its step
+        and its name."""
+        tie, _, memory, _, _, step = p.details(plan)
+        packed = rebalance(p.system, p.model, plan, memory)
+        if packed is not plan:
+            packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
+            if packed_tie < float(tie):
+                return packed, packed_step, "population, repacked"
+        return plan, float(step), "population"
 
     # ------------------------------------------------------------------ the chain
     def step(self, p: Problem, s: State, budget) -> State:
+        if s.phase == "population":
+            return self._population(p, s, budget)
         if s.phase == "start":
             return self._start(p, s, budget)
         if s.phase == "relaxed":
             return self._relaxed(p, s, budget)
         return self._kicks(p, s, budget)
+
+    def _population(self, p, s, budget) -> State:
+        """A generation a round (the first population the first round); the best plan after the
+        last joins the start's race."""
+        if s.pop is None:
+            pop = Evolutionary([to_arrays(s.greedy, p.system, p.model)], size=POPULATION).init(p, s.seed, budget)
+        else:
+            pop = Evolutionary(size=POPULATION).step(p, s.pop, budget)
+        generation = pop.evaluations // POPULATION
+        if s.pop is not None and pop.best < s.pop.best * ds.LOWER:
+            s = dataclasses.replace(s, pop_gained=generation)
+        if pop.best < s.best * ds.LOWER:        # held as it comes: a search cut now returns it
+            s = _better(s, from_arrays(pop.best_pa, p.system, p.model), pop.best)
+        if generation < s.generations and generation - s.pop_gained < STALL:
+            return dataclasses.replace(s, pop=pop)
+        notes = dict(s.notes, generations=generation, population_s=pop.best)
+        return dataclasses.replace(s, phase="start", pop=None, evolved=from_arrays(pop.best_pa, p.system, p.model),
+                                   notes=notes)
 
     def _start(self, p, s, budget) -> State:
         if s.race is None:
@@ -176,8 +244,10 @@ class Gradient:
         if not race.done:
             return s
         plan, score, origin = race.best
-        notes = dict(s.notes, start=s.notes["start"] + (", compound move" if origin == 1 and p.exhaustive else ""),
-                     refined_start_s=score)
+        name = {1: s.notes["start"] + ", compound move" if p.exhaustive else s.notes["start"],
+                2: s.notes.get("evolved")}.get(origin, s.notes["start"])
+        notes = {k: v for k, v in s.notes.items() if k != "evolved"}
+        notes = dict(notes, start=name, refined_start_s=score)
         if self.o.relaxed and not p.exhaustive:
             return self._begin_relaxed(p, dataclasses.replace(s, notes=notes, incumbent=_unfinished(race)), budget)
         return self._begin_kicks(p, dataclasses.replace(s, notes=notes, relaxed_due=self.o.relaxed), budget)

@@ -50,11 +50,14 @@ class Race:
 
 
 def start(plans: list[Plan], scores: list[float] | None = None, allowance: int | None = None,
-          rank: bool = False) -> Race:
-    """A race of `plans` (their hard scores, when known: `scores`) over `allowance` rounds."""
+          rank: bool = False, first: int | None = None) -> Race:
+    """A race of `plans` (their hard scores, when known: `scores`) over `allowance` rounds. The
+    first stage runs the descents lowest score first, or plans[first]'s before the others: the order
+    decides only which basin a search cut by the wall clock has descended."""
     known = list(scores or [])[:len(plans)]
     known += [float("inf")] * (len(plans) - len(known))
-    entries = sorted((Entry(p, s, i) for i, (p, s) in enumerate(zip(plans, known))), key=lambda e: e.score)
+    entries = sorted((Entry(p, s, i) for i, (p, s) in enumerate(zip(plans, known))),
+                     key=lambda e: (e.origin != first, e.score))
     return _next_stage(Race(field=tuple(entries), allowance=allowance, rank=rank))
 
 
