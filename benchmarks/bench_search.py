@@ -79,7 +79,8 @@ def run_suite(model_name, system_name, iterations: int, budget: float) -> list[d
         r = results[m]
         rows.append({"instance": inst, "method": m, "step_s": r.step_s, "feasible": r.feasible, "wall_s": r.wall_s,
                      "warm_s": warm.wall_s if m == "gradient" else float("nan"), "stopped": r.stopped,
-                     "found_s": r.notes["progress"][-1][0] if r.notes.get("progress") else float("nan")})
+                     "found_s": r.notes["progress"][-1][0] if r.notes.get("progress") else float("nan"),
+                     "progress": r.notes.get("progress", [])})
         extra = f"  (warm {warm.wall_s:5.1f} s, {r.iterations} rounds, {r.stopped}; found at {rows[-1]['found_s']:.1f} s)" \
             if m == "gradient" else ""
         print(f"  {inst:<32} {m:<13} {r.step_s * 1e3:10.4f} ms  wall {r.wall_s:6.1f} s{extra}"
@@ -160,10 +161,13 @@ def main() -> int:
             model_name, system_name = r["instance"].split("@")
             if model_name == "dlrm-dcnv2-mlperf":
                 # a search runs until its iterations or its budget end, so its wall time is at least its
-                # budget; the time is when it first held its final plan, compilation included
-                targets.append((r["gap"] <= 0.01 and r["found_s"] <= 30.0, f"{r['instance']}: gradient within 1 % of "
-                                f"the best ({100 * r['gap']:.2f} %) in <= 30 s compile included (held it at "
-                                f"{r['found_s']:.1f} s of its {r['wall_s']:.1f})"))
+                # budget; the time is when it first held a plan within 1 % of the best any method found,
+                # compilation included (its final plan may come later, a smaller gain)
+                best = min(x["step_s"] for x in rows if x["instance"] == r["instance"] and x["feasible"])
+                within = next((t for t, step in r["progress"] if step <= 1.01 * best), float("inf"))
+                targets.append((within <= 30.0, f"{r['instance']}: gradient within 1 % of the best in <= 30 s "
+                                f"compile included (held such a plan at {within:.1f} s; its final plan, "
+                                f"{100 * r['gap']:.2f} % from the best, at {r['found_s']:.1f} s of its {r['wall_s']:.1f})"))
                 before = MLPERF_BEFORE_MS.get(system_name)
                 if before:
                     targets.append((r["step_s"] * 1e3 <= before * 1.005, f"{r['instance']}: {r['step_s'] * 1e3:.4f} ms "
