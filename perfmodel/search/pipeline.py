@@ -111,6 +111,7 @@ class State:
     generations: int = 0             # generations the population phase may take (0: none)
     pop_gained: int = 0              # the last generation that lowered the population's best
     evolved: Plan | None = None      # the population's best plan, a basin of the start's race
+    starts: tuple = ()               # the names of the start race's plans, by origin
     batch: Batch | None = None
     batches: int = 0                 # relaxed batches begun
     batch_began: int = 0             # the round (budget.used) at which the last batch began
@@ -179,19 +180,20 @@ class Gradient:
             if k is not None:
                 start, name = group(k), name + ", compound move"
                 start_step = float(p.details(start)[5])
-            plans, steps = [start], [start_step]
+            plans, steps, names = [start], [start_step], [name]
         else:                       # two basins: the start's and its best compound move's (or greedy's)
             compound, compound_step = _compound(p, start, start_step, start_tie) if start is not greedy else early
             if early[0] is not None and early[1] < compound_step:
                 compound, compound_step = early
             plans, steps = [start] + ([compound] if compound is not None else []), [start_step, compound_step]
+            names = [name, name + ", compound move"]
         first = None
         if s.evolved is not None:   # the population's basin descends first: the most rounds went into it
             evolved, evolved_step, evolved_name = self._evolved_start(p, s.evolved)
             first, plans, steps = len(plans), plans + [evolved], steps[:len(plans)] + [evolved_step]
-            s = dataclasses.replace(s, notes=dict(s.notes, evolved=evolved_name))
+            names = names[:first] + [evolved_name]
         race = rc.start(plans, steps, allowance=_half(budget), rank=self.o.rank, first=first)
-        s = dataclasses.replace(s, race=race, notes=dict(s.notes, start=name))
+        s = dataclasses.replace(s, race=race, starts=tuple(names), notes=dict(s.notes, start=name))
         if s.evolved is None:       # held in the compiled scorer's figures (the population's are already)
             s = dataclasses.replace(s, best_plan=greedy, best=greedy_score)
         return _better(s, *race.best[:2])
@@ -244,10 +246,7 @@ class Gradient:
         if not race.done:
             return s
         plan, score, origin = race.best
-        name = {1: s.notes["start"] + ", compound move" if p.exhaustive else s.notes["start"],
-                2: s.notes.get("evolved")}.get(origin, s.notes["start"])
-        notes = {k: v for k, v in s.notes.items() if k != "evolved"}
-        notes = dict(notes, start=name, refined_start_s=score)
+        notes = dict(s.notes, start=s.starts[origin], refined_start_s=score)
         if self.o.relaxed and not p.exhaustive:
             return self._begin_relaxed(p, dataclasses.replace(s, notes=notes, incumbent=_unfinished(race)), budget)
         return self._begin_kicks(p, dataclasses.replace(s, notes=notes, relaxed_due=self.o.relaxed), budget)
@@ -329,6 +328,8 @@ class Gradient:
 
     def notes(self, s: State) -> dict:
         out = dict(s.notes)
+        if s.phase == "start" and s.race is not None:      # cut in the start's race: the plan leading it
+            out["start"] = s.starts[s.race.best[2]]
         out.setdefault("kicks", s.kicks)
         out.setdefault("relaxed_batches", s.batches)
         out.setdefault("gradient_steps", 0)
