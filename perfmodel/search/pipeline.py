@@ -164,11 +164,9 @@ class Gradient:
         tie, _, memory, _, _, greedy_score = p.details(greedy)
         greedy_score = float(greedy_score)
         start, start_tie, start_step, name = greedy, float(tie), greedy_score, "greedy"
-        packed = rebalance(p.system, p.model, greedy, memory)
-        if packed is not greedy:
-            packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
-            if packed_tie < start_tie:
-                start, start_tie, start_step, name = packed, packed_tie, packed_step, "repacked"
+        packed = _repacked(p, greedy, start_tie, memory)
+        if packed is not None:
+            (start, start_tie, start_step), name = packed, "repacked"
         if p.guard is not None:     # a start within the guard's cap, packed on its costs
             within = packed_start(p, greedy)
             within_tie, within_step = (float(x) for x in p.details(within)[::5])
@@ -193,7 +191,7 @@ class Gradient:
             first, plans, steps = len(plans), plans + [evolved], steps[:len(plans)] + [evolved_step]
             names = names[:first] + [evolved_name]
         race = rc.start(plans, steps, allowance=_half(budget), rank=self.o.rank, first=first)
-        s = dataclasses.replace(s, race=race, starts=tuple(names), notes=dict(s.notes, start=name))
+        s = dataclasses.replace(s, race=race, starts=tuple(names))
         if s.evolved is None:       # held in the compiled scorer's figures (the population's are already)
             s = dataclasses.replace(s, best_plan=greedy, best=greedy_score)
         return _better(s, *race.best[:2])
@@ -203,11 +201,9 @@ class Gradient:
         """The population's plan, or its repacking when that scores better (as greedy's), its step
         and its name."""
         tie, _, memory, _, _, step = p.details(plan)
-        packed = rebalance(p.system, p.model, plan, memory)
-        if packed is not plan:
-            packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
-            if packed_tie < float(tie):
-                return packed, packed_step, "population, repacked"
+        packed = _repacked(p, plan, float(tie), memory)
+        if packed is not None:
+            return packed[0], packed[2], "population, repacked"
         return plan, float(step), "population"
 
     # ------------------------------------------------------------------ the chain
@@ -334,6 +330,16 @@ class Gradient:
         out.setdefault("relaxed_batches", s.batches)
         out.setdefault("gradient_steps", 0)
         return out
+
+
+def _repacked(p: Problem, plan: Plan, tie: float, memory) -> tuple[Plan, float, float] | None:
+    """`plan`'s multi-resource repacking (pack.rebalance), its tie-broken score and its step, when
+    it scores below `tie` (plan's own); None otherwise."""
+    packed = rebalance(p.system, p.model, plan, memory)
+    if packed is plan:
+        return None
+    packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
+    return (packed, packed_tie, packed_step) if packed_tie < tie else None
 
 
 def _unfinished(race: rc.Race) -> bool:
