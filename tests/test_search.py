@@ -141,15 +141,15 @@ def test_the_relaxed_phase_takes_only_rounds_the_kicks_stopped_paying_for(small_
 
 def test_a_small_instance_searches_first_with_a_population_whose_best_plan_it_descends(small_setup):
     """On a small instance the gradient method's first phase is the evolutionary method's generations
-    (POPULATION plans; its first population the phase's first round, as the evolutionary method's
-    start, then a generation a round) until STALL of them find no lower plan or half the
+    (the same method from greedy's plan and the same seed; its first population the phase's first
+    round, then a generation a round) until STALL of them find no lower plan or half the
     rounds are spent; the search holds its best plan and races it. None when that half is under
     MIN_GENERATIONS or with population=False."""
     from perfmodel.plan import to_arrays
     from perfmodel.search import driver
     from perfmodel.search.api import make_problem
     from perfmodel.search.baselines import Evolutionary
-    from perfmodel.search.pipeline import GENERATIONS, MIN_GENERATIONS, POPULATION, STALL, Gradient, Options
+    from perfmodel.search.pipeline import GENERATIONS, MIN_GENERATIONS, STALL, Gradient, Options
 
     system, model = small_setup
     p = make_problem(system, model, precisions=("fp32",), sharding_types=pm.SHARDING_TYPES, freeze_settings=False)
@@ -160,7 +160,7 @@ def test_a_small_instance_searches_first_with_a_population_whose_best_plan_it_de
     assert STALL < g < min(GENERATIONS, n // 2)     # it stalled before its rounds ran out
 
     def evolved(generations):          # the evolutionary method's best after `generations` populations
-        method = Evolutionary([to_arrays(pm.greedy_plan(system, model, p.masks), system, model)], size=POPULATION)
+        method = Evolutionary([to_arrays(pm.greedy_plan(system, model, p.masks), system, model)])
         return driver.run(method, p, 1, driver.Budget(iterations=generations - 1)).score
 
     assert r.notes["population_s"] == pytest.approx(evolved(g), rel=1e-6)
@@ -171,6 +171,39 @@ def test_a_small_instance_searches_first_with_a_population_whose_best_plan_it_de
     begins = lambda options, rounds: Gradient(options).init(p, 1, driver.Budget(iterations=rounds)).phase
     assert begins(Options(), n) == "population" and begins(Options(), n - 2) == "start"
     assert begins(Options(population=False), n) == "start"
+
+
+def test_the_samplers_draw_each_allowed_choice_uniformly():
+    """A fresh table row (the random method's plans, the evolutionary method's mutations) takes a
+    uniform allowed sharding type, and a column-wise one the fewest shards allowed on a uniform set
+    of that many of the table's allowed devices: every pair of a table's 4 allowed devices about
+    equally often (1/6 each), a device it may not use never, and rows that sum to one."""
+    import dataclasses
+    import types
+    from perfmodel.constraints import unlimited
+    from perfmodel.plan import CW, TW
+    from perfmodel.search.baselines import table_rows
+
+    T, D, H, n = 2, 6, 2, 12000
+    lim = unlimited(T, D, H)
+    devices = np.asarray(lim.devices).copy()
+    devices[1, [0, 3]] = 0.0                                    # table 1 on devices 1, 2, 4, 5 only
+    kinds = np.full((T, 5), -1e9, np.float32)
+    kinds[:, [TW, CW]] = 0.0
+    shards = np.zeros((T, D + 1), np.float32)
+    shards[:, [2, 3]] = 1.0                                     # the fewest column-wise shards: 2
+    masks = types.SimpleNamespace(types=kinds, shards=shards, limits=dataclasses.replace(lim, devices=devices))
+    rows = table_rows(np.random.default_rng(0), masks, np.ones(n, int), H)
+    st = rows["shard_type"].argmax(1)
+    assert set(st) == {TW, CW} and abs((st == CW).mean() - 0.5) < 0.02
+    np.testing.assert_allclose(rows["placement"].sum(1), 1.0, rtol=1e-6)
+    on = rows["placement"] > 0
+    assert not on[:, [0, 3]].any()
+    assert (on.sum(1) == np.where(st == CW, 2, 1)).all() and (rows["cw_shards"] == np.where(st == CW, 2, 1)).all()
+    pairs = np.unique(on[st == CW], axis=0, return_counts=True)[1]
+    assert len(pairs) == 6 and np.abs(pairs / pairs.sum() - 1 / 6).max() < 0.02
+    singles = on[st == TW].sum(0)[[1, 2, 4, 5]]
+    assert np.abs(singles / singles.sum() - 1 / 4).max() < 0.02
 
 
 def test_iterations_bound_the_work_and_fix_the_plan(small_setup):

@@ -1,8 +1,9 @@
 """The gradient method: a chain of phases over one explicit state.
 
   population  on a small instance (every move scored: p.exhaustive), first: the evolutionary
-           method's generations (baselines.Evolutionary, POPULATION plans, greedy's in the first),
-           until STALL generations find no lower plan, or half the rounds (at most GENERATIONS);
+           method's generations (baselines.Evolutionary as the "evolutionary" method runs it, a
+           batch of plans, greedy's in the first, the same seed), until STALL generations find no
+           lower plan, or half the rounds (at most GENERATIONS);
            its best plan is the third basin of the start's race, and the one that descends first.
            None when that half is under MIN_GENERATIONS (a search of 300 rounds, a study's point,
            has none), under a guard (the generations score without it) or with frozen settings
@@ -33,9 +34,11 @@ kick, so the relaxed phase spends only rounds the kicks had stopped paying for.
 The population phase is there because a descent from greedy's plan keeps greedy's basin: where
 greedy's plan is far from good, the descents of its start and its compound move stall in it, while
 a population's best plan, its tables crossed from many random plans, starts a descent in another.
-A small population converges within seconds (a large one explores longer but takes a minute to pay),
-and a search holds its best plan before a descent could have left greedy's basin; on MLPerf, where
-greedy's basin is the good one, the phase stalls within a few hundred cheap generations.
+A generation is a batch of children built in numpy and scored in one call of the batch scorer the
+descents use, so the phase compiles nothing of its own; the search holds the population's best plan
+as it comes; on MLPerf, where greedy's basin is the good one, the phase stalls within two hundred
+generations of some 30 ms. The phase is the evolutionary method's first generations, so at equal
+rounds the gradient method's plan is never worse than that method's at the phase's end.
 
 Gradient information enters twice, each switched by an option for the ablation: the relaxed phase
 (relaxed=False skips it), and first-order ranking of a large instance's moves (rank=False: the
@@ -69,10 +72,9 @@ FINALISTS = 4          # rounded restarts raced
 RELAXED_BATCHES = 8    # batches of relaxed restarts a search may run
 COMPOUND_LEAD = 0.03   # a compound move becomes the start of a large instance's descent when 3 % better
 KICK_WORK = 65536      # iterated-local-search kicks: 65,536 / (tables x devices), between 2 and 30
-POPULATION = 256       # plans in a small instance's population phase
 STALL = 50             # generations without a lower plan that end it ...
 GENERATIONS = 1000     # ... or half the rounds, up to this many ...
-MIN_GENERATIONS = 200  # ... and none when that half is fewer than this (populations stall after 150-700)
+MIN_GENERATIONS = 200  # ... and none when that half is fewer than this (MLPerf's stall after 130-210)
 
 
 @dataclass(frozen=True)
@@ -220,10 +222,10 @@ class Gradient:
         """A generation a round (the first population the first round); the best plan after the
         last joins the start's race."""
         if s.pop is None:
-            pop = Evolutionary([to_arrays(s.greedy, p.system, p.model)], size=POPULATION).init(p, s.seed, budget)
+            pop = Evolutionary([to_arrays(s.greedy, p.system, p.model)]).init(p, s.seed, budget)
         else:
-            pop = Evolutionary(size=POPULATION).step(p, s.pop, budget)
-        generation = pop.evaluations // POPULATION
+            pop = Evolutionary().step(p, s.pop, budget)
+        generation = pop.rounds
         if s.pop is not None and pop.best < s.pop.best * ds.LOWER:
             s = dataclasses.replace(s, pop_gained=generation)
         if pop.best < s.best * ds.LOWER:        # held as it comes: a search cut now returns it
