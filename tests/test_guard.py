@@ -62,6 +62,31 @@ def test_per_device_sums_by_hand():
     assert guard.value(cached, system, model) >= UNPRICED
 
 
+@pytest.mark.parametrize("system_name", ["h100-16", "h100-12"])      # two domains of 8; 8 and a partial 4
+def test_per_device_sums_of_a_batch_in_numpy_are_the_traced_ones(system_name):
+    """The search scores a small instance's first plans in numpy (a batch [N, ...]) and the rest in
+    compiled programs (one plan, vmapped): both give each plan's per-device sums, on a last domain
+    of fewer devices too (its table-row-wise shards grown by L / L')."""
+    import jax
+    from perfmodel.cost.arrays import as_numpy
+    from perfmodel.plan import random_plans
+    system, model = pm.load_system(system_name), pm.load_model("dlrm-dcnv2-mlperf")
+    D, L = system.num_chips, system.domain_size
+    guard = ShardCosts.from_dict(system, model, {"unit": "ms", "cap": 1.0, "tables": _costs(model, D, L)})
+    batch = as_numpy(random_plans(jax.random.PRNGKey(3), system, model, 7))
+    ratio = np.ones_like(batch.cache_ratio)
+    ratio[1:, :3] = 0.5                                  # plans 1-6 keep tables in host DRAM: unpriced
+    batch = dataclasses.replace(batch, cache_ratio=ratio)
+    eager_ = guard.loads(batch, system.domain_sizes)
+    traced = jax.jit(jax.vmap(lambda pa: guard.loads(pa, system.domain_sizes)))(batch)
+    assert isinstance(eager_, np.ndarray) and eager_.shape == (7, D)
+    np.testing.assert_allclose(eager_, np.asarray(traced), rtol=2e-6)
+    assert (eager_[0] < UNPRICED).all() and len(np.unique(eager_[:, -1])) == 7    # seven distinct plans
+    assert all((eager_[i] >= UNPRICED).all() == (batch.shard_type[i, :3, 0] < 0.5).any() for i in range(1, 7))
+    over = guard.over(eager_)
+    np.testing.assert_allclose(over, [float(guard.over(x)) for x in np.asarray(traced)], rtol=2e-6)
+
+
 @pytest.fixture(scope="module")
 def small_guard():
     """small_instance(0) and a guard pricing each table-wise table by its rows (so that balancing
@@ -214,3 +239,58 @@ def test_cli_evaluate_gives_a_plans_guard_value(tmp_path, capsys):
     assert g["value_s"] * 1e3 == pytest.approx(load.max(), rel=1e-5) and g["met"] == (load.max() <= 1.0)
     assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--guard", str(path)]) == 0
     assert f"guard toy ({path}): the plan's busiest device {load.max():.4g} ms, cap 1 ms: " in capsys.readouterr().out
+
+
+COLD_START = """
+import json, sys
+import jax
+compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration" else None)
+import numpy as np
+import perfmodel as pm
+from perfmodel.plan import SHARDING_TYPES
+from perfmodel.search.api import make_problem
+from perfmodel.search.driver import Budget
+from perfmodel.search.guard import ShardCosts, packed_start
+from perfmodel.search.pipeline import Gradient
+system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
+costs = np.random.default_rng(2).lognormal(0.0, 1.0, model.tables.count)
+tables = {n: {"table_wise": float(c), "column_wise": {"2": 0.55 * float(c), "4": 0.3 * float(c)}}
+          for n, c in zip(model.tables.names, costs)}
+free = ShardCosts.from_dict(system, model, {"unit": "ms", "cap": 1e6, "tables": tables})
+def problem(guard):
+    return make_problem(system, model, precisions=("fp32",), sharding_types=SHARDING_TYPES, freeze_settings=False,
+                        guard=guard)
+greedy = pm.greedy_plan(system, model, problem(free).masks)
+packed = packed_start(problem(free), greedy)
+values = [free.value(q, system, model) for q in (greedy, packed)]
+cap = values[1] * 1.001       # just above the packed start: what greedy's compound moves do not reach
+p = problem(free.with_cap(cap))
+before = len(compiles)
+s = Gradient().init(p, 0, Budget())
+print(json.dumps({"compiles": len(compiles) - before, "greedy": values[0], "packed": values[1], "cap": cap,
+                  "best": s.best, "value": free.value(s.best_plan, system, model), "plan": s.best_plan.to_dict()}))
+"""
+
+
+def test_a_guarded_search_holds_a_plan_within_the_cap_before_compiling_anything():
+    """On a small instance the gradient method's start is scored in numpy under a guard too: greedy's
+    choices packed on the guard's costs, and its compound moves. A fresh process (no compile cache)
+    holds a plan within the cap, where greedy's is over it, and compiles no program for it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from perfmodel.plan import plan_from_dict
+    env = dict(os.environ, PERFMODEL_CACHE_DIR="")
+    run = subprocess.run([sys.executable, "-c", COLD_START], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["packed"] < out["cap"] < out["greedy"]          # greedy's plan is over the cap, the packed one within
+    assert out["compiles"] == 0
+    assert out["value"] <= out["cap"] * (1 + 1e-5) and out["best"] < 1e6
+    system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
+    assert out["best"] == pytest.approx(float(pm.evaluate(system, model, plan_from_dict(out["plan"], system, model)).step_s), rel=1e-5)

@@ -34,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cache import jit
+from ..cost.arrays import as_numpy, xp_of
 from ..config import ConfigError, Num, check_number, read_file
 from ..hardware import System, _pytree, static
-from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, plan_arrays
+from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, plan_arrays, stack
 from ..workload import RankingModel
 from .pack import rebalance
 from ..schema import GUARD
@@ -128,52 +128,56 @@ class ShardCosts:
         return np.stack([ok(self.dp).all(1), ok(self.tw), ok(self.cw).any(1), ok(self.rw).all(1),
                          ok(self.twrw).all(1)], axis=1)
 
-    def loads(self, pa, domain_sizes: int | tuple[int, ...]) -> jax.Array:
+    def loads(self, pa, domain_sizes: int | tuple[int, ...]):
         """[D] each device's sum of its shards' costs under the discrete plan arrays `pa`, on domains
         of `domain_sizes` devices (a number: all equal; System.domain_sizes). A partial last
         domain's devices hold L / L' times a full domain's table-row-wise share: their cost is the
         full domain's first L' devices' scaled by that much (assumed: the cost grows with the
-        shard)."""
+        shard). In numpy, `pa` a batch [N, ...] (cost.arrays): [N, D]."""
+        xp = xp_of(pa.shard_type)
         S = pa.shard_type
-        D = pa.placement.shape[1]
+        D = pa.placement.shape[-1]
         if isinstance(domain_sizes, int):
             domain_sizes = (domain_sizes,) * (D // domain_sizes)
-        k = jnp.clip(jnp.round(pa.cw_shards).astype(jnp.int32), 0, self.cw.shape[1] - 1)
-        cw = jnp.take_along_axis(self.cw, k[:, None], axis=1)[:, 0]
-        held = pa.placement * pa.cw_shards[:, None]           # 1 on each device holding a table- or column-wise shard
+        T = self.tw.shape[0]
+        k = xp.clip(xp.round(pa.cw_shards).astype(np.int32), 0, self.cw.shape[1] - 1)
+        cw = xp.asarray(self.cw)[np.arange(T), k]                 # [..., T] one shard's cost
+        held = pa.placement * pa.cw_shards[..., None]            # 1 on each device holding a table- or column-wise shard
         L, H = domain_sizes[0], len(domain_sizes)
         if all(s == L for s in domain_sizes):
-            twrw = jnp.repeat(pa.domain_placement, L, axis=1) * jnp.tile(self.twrw, (1, H))
+            twrw = xp.repeat(pa.domain_placement, L, axis=-1) * xp.tile(self.twrw, (1, H))
         else:
             sizes = np.asarray(domain_sizes)
             grow = np.repeat(L / sizes, sizes).astype(np.float32)
-            twrw = (jnp.repeat(pa.domain_placement, sizes, axis=1, total_repeat_length=D)
-                    * jnp.tile(self.twrw, (1, H))[:, :D] * grow)
-        on = lambda j, x: jnp.where(S[:, j:j + 1] > 0.5, x, 0.0)
-        per = on(DP, self.dp) + on(RW, self.rw) + on(TW, self.tw[:, None] * held) + on(CW, cw[:, None] * held) \
+            spread = (jnp.repeat(pa.domain_placement, sizes, axis=-1, total_repeat_length=D) if xp is jnp
+                      else np.repeat(pa.domain_placement, sizes, axis=-1))
+            twrw = spread * xp.tile(self.twrw, (1, H))[:, :D] * grow
+        on = lambda j, x: xp.where(S[..., j:j + 1] > 0.5, x, 0.0)
+        per = on(DP, self.dp) + on(RW, self.rw) + on(TW, self.tw[:, None] * held) + on(CW, cw[..., None] * held) \
             + on(TWRW, twrw)
-        cached = jnp.any((pa.cache_ratio < 1.0) & (S[:, DP] < 0.5))      # host DRAM shards: no cost known
-        return jnp.sum(per, axis=0) + jnp.where(cached, UNPRICED, 0.0)
+        cached = xp.any((pa.cache_ratio < 1.0) & (S[..., DP] < 0.5), axis=-1)   # host DRAM shards: no cost known
+        return xp.sum(per, axis=-2) + xp.where(cached, UNPRICED, 0.0)[..., None]
 
-    def over(self, loads: jax.Array) -> jax.Array:
-        """How far the busiest device is over the cap, as a fraction of it (0 when within it)."""
-        return jnp.maximum(jnp.max(loads) - self.cap * (1.0 + TOLERANCE), 0.0) / self.cap
+    def over(self, loads):
+        """How far the busiest device is over the cap, as a fraction of it (0 when within it); [D]
+        loads, or [N, D] in numpy."""
+        xp = xp_of(loads)
+        return xp.maximum(xp.max(loads, axis=-1) - self.cap * (1.0 + TOLERANCE), 0.0) / self.cap
 
     def within(self, value_s: float) -> bool:
         """Whether a plan of guard value `value_s` (seconds) meets the cap (to TOLERANCE)."""
         return bool(value_s <= float(self.cap) * (1.0 + TOLERANCE))
 
     def device_loads(self, plan: Plan, system: System, model: RankingModel) -> np.ndarray:
-        """[D] each device's sum of its shards' costs under a discrete Plan, seconds (one compiled
-        program rather than one per operation)."""
-        return np.asarray(_plan_loads(self, plan_arrays(plan, system, model), system.domain_sizes))
+        """[D] each device's sum of its shards' costs under a discrete Plan, seconds (in numpy: no
+        program to compile for one plan's sums)."""
+        one = stack([plan_arrays(plan, system, model)])
+        return np.asarray(as_numpy(self).loads(one, system.domain_sizes)[0], np.float64)
 
     def value(self, plan: Plan, system: System, model: RankingModel) -> float:
         """The plan's guard value: the busiest device's sum of its shards' costs, seconds."""
         return float(np.max(self.device_loads(plan, system, model)))
 
-
-_plan_loads = jit(ShardCosts.loads, static_argnums=2, quick=True)
 
 
 def packed_start(p, plan: Plan) -> Plan:
@@ -183,15 +187,17 @@ def packed_start(p, plan: Plan) -> Plan:
     each fit that share (the largest count otherwise); then packed on the guard's costs, heaviest
     shard first onto the device of least sum (pack.rebalance with the guard), memory permitting.
     Other choices are `plan`'s. Planners that price a plan this way reach their figure so (TorchRec's
-    packs on its estimate); the descent then lowers the step within the cap. p: the search Problem."""
+    packs on its estimate); the descent then lowers the step within the cap. p: the search Problem.
+    In numpy (the memory the packing keeps to too): a search holds it before any program is compiled."""
     guard, system, model, masks = p.guard, p.system, p.model, p.masks
     names, D = model.tables.names, system.num_chips
     tw, cw = np.asarray(guard.tw, np.float64), np.asarray(guard.cw, np.float64)
+    dims = np.asarray(model.tables.dim)        # read once: a jax array indexed per table dispatches per index
     ok = np.asarray(masks.types) > -1
     share = float(np.sum(np.where(ok[:, TW], tw, 0.0))) / D
     tables = dict(plan.tables)
     for t, n in enumerate(names):
-        ks = [k for k in cw_options(int(model.tables.dim[t]), D) if k < cw.shape[1] and cw[t, k] < UNPRICED] if ok[t, CW] else []
+        ks = [k for k in cw_options(int(dims[t]), D) if k < cw.shape[1] and cw[t, k] < UNPRICED] if ok[t, CW] else []
         if ok[t, TW] and (tw[t] <= share or not ks):
             tables[n] = TablePlan("table_wise", [0])
         elif ks:
@@ -199,7 +205,7 @@ def packed_start(p, plan: Plan) -> Plan:
             k = fits[0] if fits else ks[int(np.argmin(cw[t, ks]))]
             tables[n] = TablePlan("column_wise", list(range(k)))
     typed = dataclasses.replace(plan, tables=tables)
-    return rebalance(system, model, typed, p.details(typed)[2], guard=guard)
+    return rebalance(system, model, typed, p.details(typed, eager=True)[2], guard=guard)
 
 
 def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:

@@ -58,14 +58,15 @@ def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.
     for i in packed:
         tp = plan.tables[names[i]]
         k[i], cache[i] = len(tp.ranks), tp.cache_ratio
-    f, b = (np.asarray(x, np.float64) for x in _table_seconds(system.chip, model, tb.dim / k.astype(np.float32),
-                                                               cache.astype(np.float32)))
     size = np.asarray(tb.rows * tb.bytes_per_row(), np.float64) / k * cache
-    out_b = B * np.asarray(tb.output_per_sample(), np.float64) * dim / k * 4.0
-    in_b = B * np.asarray(tb.pooling, np.float64) * float(tb.index_bytes)     # every column shard gets all
-    w = np.stack([f + b, out_b, in_b, size], axis=1)                          # [T, 4] per shard
-    base = np.zeros((D, 4))                    # what stays where it is
-    if guard is not None:
+    if guard is None:
+        f, b = (np.asarray(x, np.float64) for x in _table_seconds(system.chip, model, tb.dim / k.astype(np.float32),
+                                                                   cache.astype(np.float32)))
+        out_b = B * np.asarray(tb.output_per_sample(), np.float64) * dim / k * 4.0
+        in_b = B * np.asarray(tb.pooling, np.float64) * float(tb.index_bytes)     # every column shard gets all
+        w = np.stack([f + b, out_b, in_b, size], axis=1)                          # [T, 4] per shard
+        base = np.zeros((D, 4))                    # what stays where it is
+    else:
         cw = np.asarray(guard.cw, np.float64)            # [T, K+1]: one shard's cost when split in k
         split = cw[np.arange(len(names)), np.minimum(k.astype(int), cw.shape[1] - 1)]
         cost = np.where(k > 1, split, np.asarray(guard.tw, np.float64))

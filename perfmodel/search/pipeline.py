@@ -2,12 +2,12 @@
 
   population  on a small instance (every move scored: p.exhaustive), first: the evolutionary
            method's generations (baselines.Evolutionary as the "evolutionary" method runs it, a
-           batch of plans, greedy's in the first, the same seed), until STALL generations find no
-           lower plan, or half the rounds (at most GENERATIONS);
+           batch of plans, greedy's in the first, the same seed; under a guard also the start
+           packed on its costs, and the generations score with it), until STALL generations find
+           no lower plan, or half the rounds (at most GENERATIONS);
            its best plan is the third basin of the start's race, and the one that descends first.
            None when that half is under MIN_GENERATIONS (a search of 300 rounds, a study's point,
-           has none), under a guard (the generations score without it) or with frozen settings
-           (they vary the settings).
+           has none) or with frozen settings (they vary the settings).
   start    greedy's plan (or the given start), or its multi-resource repacking (pack.py) when that
            scores better (with a guard, also a start packed on the guard's costs); on a large
            instance its best compound move when that leads by COMPOUND_LEAD; on a small one a race
@@ -108,7 +108,8 @@ class State:
     race: rc.Race | None = None
     incumbent: bool = False          # the start's descent had not stopped: it joins the first race
     relaxed_due: bool = False        # a small instance's relaxed phase, run when a kick first finds nothing
-    early: tuple = (None, float("inf"))   # a small instance's greedy compound move, scored in numpy
+    early: tuple = (None, float("inf"))   # a small instance's best start compound move, scored in numpy
+    within: Plan | None = None       # under a guard: greedy's choices packed on its costs (guard.packed_start)
     pop: object = None               # the population phase's baselines.Sampled
     generations: int = 0             # generations the population phase may take (0: none)
     pop_gained: int = 0              # the last generation that lowered the population's best
@@ -143,21 +144,29 @@ class Gradient:
 
     # ------------------------------------------------------------------ start
     def init(self, p: Problem, seed: int, budget) -> State:
-        """Greedy's plan (or the start); on a small instance also its best compound move, both
-        scored in numpy (score.eager), so that they are held before any program is compiled."""
+        """Greedy's plan (or the start), under a guard also its choices packed on the guard's
+        costs; on a small instance their best compound move, all scored in numpy (score.eager), so
+        that they are held before any program is compiled."""
         greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model, p.masks)
-        s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed,
+        within = packed_start(p, greedy) if p.guard is not None else None
+        s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed, within=within,
                   planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)))
         left = budget.left()
         generations = GENERATIONS if left is None else min(GENERATIONS, left // 2)
-        if self.o.population and p.exhaustive and p.guard is None and not p.freeze_settings \
+        if self.o.population and p.exhaustive and not p.freeze_settings \
                 and generations >= MIN_GENERATIONS:
             s = dataclasses.replace(s, phase="population", generations=generations)
         if not p.eager:
             return s
-        g_step, g_tie = (float(x) for x in p.pairs(stack([p.arrays(greedy)]), True)[:, 0])
+        g_step, g_tie = _eager_pair(p, greedy)
         early = _compound(p, greedy, g_step, g_tie)
-        s = dataclasses.replace(s, best=g_step, early=early)
+        s = dataclasses.replace(s, best=g_step)
+        if within is not None:      # a start within the guard's cap (greedy's seldom is), and its compound move
+            w_step, w_tie = _eager_pair(p, within)
+            s = _better(s, within, w_step)
+            w_early = _compound(p, within, w_step, w_tie)
+            early = w_early if w_early[1] < early[1] else early
+        s = dataclasses.replace(s, early=early)
         return _better(s, *early) if early[0] is not None else s
 
     def _setup(self, p: Problem, s: State, budget) -> State:
@@ -169,8 +178,8 @@ class Gradient:
         packed = _repacked(p, greedy, start_tie, memory)
         if packed is not None:
             (start, start_tie, start_step), name = packed, "repacked"
-        if p.guard is not None:     # a start within the guard's cap, packed on its costs
-            within = packed_start(p, greedy)
+        if s.within is not None:    # a start within the guard's cap, packed on its costs
+            within = s.within
             within_tie, within_step = (float(x) for x in p.details(within)[::5])
             if within_tie < start_tie:
                 start, start_tie, start_step, name = within, within_tie, within_step, "packed on the guard's costs"
@@ -222,7 +231,8 @@ class Gradient:
         """A generation a round (the first population the first round); the best plan after the
         last joins the start's race."""
         if s.pop is None:
-            pop = Evolutionary([to_arrays(s.greedy, p.system, p.model)]).init(p, s.seed, budget)
+            seeds = [s.greedy] + ([s.within] if s.within is not None else [])
+            pop = Evolutionary([to_arrays(q, p.system, p.model) for q in seeds]).init(p, s.seed, budget)
         else:
             pop = Evolutionary().step(p, s.pop, budget)
         generation = pop.rounds
@@ -332,6 +342,12 @@ class Gradient:
         out.setdefault("relaxed_batches", s.batches)
         out.setdefault("gradient_steps", 0)
         return out
+
+
+def _eager_pair(p: Problem, plan: Plan) -> tuple[float, float]:
+    """A plan's score and tie-broken score, in numpy."""
+    step, tie = (float(x) for x in p.pairs(stack([p.arrays(plan)]), True)[:, 0])
+    return step, tie
 
 
 def _repacked(p: Problem, plan: Plan, tie: float, memory) -> tuple[Plan, float, float] | None:

@@ -50,7 +50,7 @@ class Problem:
     heavy: np.ndarray = field(init=False)    # tables heaviest first (weight)
     replicated: np.ndarray = field(init=False)   # [K, T] the splits' data-parallel tables
     splits: tuple = field(init=False)            # the column-wise splits (_column_splits)
-    numpy_problem: tuple = field(init=False)     # (system, model) with numpy leaves
+    numpy_problem: tuple = field(init=False)     # (system, model, guard) with numpy leaves
 
     def __post_init__(self):
         system, model = self.system, self.model
@@ -60,7 +60,7 @@ class Problem:
         put("max_batch", self.max_batch or sc.batch_size(system, model))
         put("exhaustive", sc.is_exhaustive(system, model))
         put("in_program", sc.in_program(system, model))
-        put("eager", sc.eager(system, model, self.guard))
+        put("eager", sc.eager(system, model))
         put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
@@ -70,7 +70,7 @@ class Problem:
         put("heavy", np.argsort(-self.weight, kind="stable"))
         put("replicated", _replicated(self))
         put("splits", _column_splits(self))
-        put("numpy_problem", (as_numpy(system), as_numpy(model)))
+        put("numpy_problem", (as_numpy(system), as_numpy(model), None if self.guard is None else as_numpy(self.guard)))
 
     @property
     def allowed(self) -> np.ndarray:
@@ -94,13 +94,20 @@ class Problem:
         sizes = np.asarray(self.system.domain_sizes)
         return np.add.reduceat(x, np.arange(0, self.D, self.L)) * (self.L / sizes)
 
-    def details_of(self, pa) -> tuple[np.ndarray, ...]:
+    def details_of(self, pa, eager: bool = False) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
-        plan's arrays."""
-        return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard, self.limits)[:6])
+        plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
+        no plan changes, carries the batch axis)."""
+        if not eager:
+            return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard, self.limits)[:6])
+        system, model, guard = self.numpy_problem
+        score, tie, bd, per_device = sc.scores(system, model, as_numpy(stack([pa])), guard, limits=self.limits)
+        first = lambda x: np.asarray(x)[0]
+        return (first(tie), first(bd.compute_s), first(bd.memory_bytes), np.asarray(bd.capacity_bytes),
+                first(per_device), first(score))
 
-    def details(self, plan: Plan) -> tuple[np.ndarray, ...]:
-        return self.details_of(self.arrays(plan))
+    def details(self, plan: Plan, eager: bool = False) -> tuple[np.ndarray, ...]:
+        return self.details_of(self.arrays(plan), eager)
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
@@ -112,8 +119,8 @@ class Problem:
 
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
         """[2, n] hard and tie-broken scores of a batch under this problem's guard; eager: in numpy."""
-        problem = self.numpy_problem if eager else (self.system, self.model)
-        return sc.score_pairs(*problem, batch, self.guard, eager, self.limits)
+        system, model, guard = self.numpy_problem if eager else (self.system, self.model, self.guard)
+        return sc.score_pairs(system, model, batch, guard, eager, self.limits)
 
     def scores(self, batch) -> np.ndarray:
         """Tie-broken scores of a batch of plan arrays."""

@@ -43,7 +43,7 @@ def score_of(bd, over_guard=None):
     over = xp.sum(xp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0), axis=-1) / bd.capacity_bytes
     if over_guard is None:
         return xp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
-    return jnp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
+    return xp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
 
 
 def loads(bd, emb):
@@ -85,7 +85,8 @@ def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
     over_guard = None
     if guard is not None:
         by_guard = guard.loads(pa, system.domain_sizes)
-        per_device, over_guard = jnp.concatenate([per_device, by_guard[None]]), guard.over(by_guard)
+        xp = xp_of(by_guard)
+        per_device, over_guard = xp.concatenate([per_device, by_guard[..., None, :]], axis=-2), guard.over(by_guard)
     score = constrained(score_of(bd, over_guard), pa, limits)
     return score, score * (1.0 + TIE * spread(per_device)), bd, per_device
 
@@ -121,12 +122,12 @@ def in_program(system: System, model: RankingModel) -> bool:
     return batch_size(system, model) * T * (5 + D + system.num_domains + 2) * 4 > PROGRAM_BATCH_BYTES
 
 
-def eager(system: System, model: RankingModel, guard=None) -> bool:
-    """Whether a search's start (greedy's settings, its score and its compound moves) is scored in
-    numpy: on a small instance whose batches are built in numpy, with no guard. Those batches cost
-    numpy some milliseconds and no program has to be compiled or loaded for them, so a process's
-    first search holds its first plans at once."""
-    return guard is None and is_exhaustive(system, model) and not in_program(system, model)
+def eager(system: System, model: RankingModel) -> bool:
+    """Whether a search's start (greedy's settings, its score and its compound moves; under a guard
+    also its start packed on the guard's costs) is scored in numpy: on a small instance whose
+    batches are built in numpy. Those batches cost numpy some milliseconds and no program has to be
+    compiled or loaded for them, so a process's first search holds its first plans at once."""
+    return is_exhaustive(system, model) and not in_program(system, model)
 
 
 def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False,
