@@ -31,7 +31,8 @@ def register(sub) -> None:
                    f"(default: {ROUND_WORK:.0e} / (tables x devices), within {ITERATIONS[0]}-{ITERATIONS[1]})")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per method, seconds (default 60): "
-                        "a search it cuts says so")
+                        "a search it cuts says so; read between rounds, and a round that compiles (some 10 s in a cold "
+                        "process) runs to its end")
     budget.add_argument("--until-converged", action="store_true",
                         help="no budget at all: the gradient search runs every phase to its end; --compare's random and "
                         "evolutionary get the wall time it took")

@@ -121,8 +121,11 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     random plans); "auto": default_iterations (100 to 3,000, fewer the larger the instance); None:
     no limit. The same problem, seed and iterations give the same plan and figures in any process,
     whatever it did before, unless budget_s cut the search (r.converged False, r.stopped
-    "budget_s"). budget_s=None: no wall-clock limit. With both None the gradient method runs every
-    phase to its end; random and evolutionary need one or the other.
+    "budget_s"). budget_s=None: no wall-clock limit. The clock is read between rounds, so a search
+    ends within a round of budget_s; a round that compiles a program runs to its end (the relaxed
+    phase's first, some 10 s on 2 cores in a process with nothing compiled, can carry a short search
+    that far past its budget). With both None the gradient method runs every phase to its end;
+    random and evolutionary need one or the other.
 
     precisions: the all-to-all and gradient precisions the plan may use (lower precision changes
     the numerics: fp32 only unless you allow more). sharding_types: the ones tables may use.
