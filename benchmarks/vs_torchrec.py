@@ -35,7 +35,8 @@ For the same tables and topology, per case:
        table's per-shard perf.total for each sharding type, from TorchRec's EmbeddingEnumerator and
        estimators (TorchRecSide.shard_costs), summed per rank as NoopPerfModel does, capped at TorchRec's
        own plan's estimate: the fastest plan by perfmodel's step that TorchRec's estimator rates no worse
-       than its own choice. Its scorers compile in it (the relaxed step is compiled by then).
+       than its own choice. Cold: a fresh Python process with an empty compile cache, the guard read
+       from a file as `perfmodel search --guard FILE` reads it.
      - HBM: the largest per-rank HBM TorchRec's storage estimator gives, against TorchRec's per-rank budget
        after its HeuristicalStorageReservation (15 %).
   4. perfmodel again with a tenth of TorchRec's planning time as its budget, in the same (now warm) process.
@@ -43,13 +44,22 @@ For the same tables and topology, per case:
      which keeps that cache on): the first fills an empty cache folder (the cold figure), three more load
      it; the planning time is the median of when each first held a plan as fast, by perfmodel's step, as
      TorchRec's.
-Targets (issue 3, issue 28): the cold first plan of TorchRec's quality (perfmodel's step) before TorchRec's
-planner finishes; planning >= 10x faster than TorchRec's planner and a plan whose TorchRec-estimated cost is
-no worse than TorchRec's own choice (the guarded search's plan is judged on both models); judged cold (the
-fresh process with an empty cache, compilation included, at --budget-s: its planning time is when it
-first held a plan at least as fast, by perfmodel's step, as TorchRec's, from its anytime profile
-notes["progress"]; its plan is the one at the end of the budget), in new processes with the cache, and
-warm (the 1/10-time search: a notebook or sweep script planning repeatedly).
+Targets (issue 3, issue 28): planning >= 10x faster than TorchRec's planner, and a plan whose
+TorchRec-estimated cost is no worse than TorchRec's own choice.
+  - Speed, by perfmodel's step: the cold first plan of TorchRec's quality before TorchRec's planner
+    finishes, and >= 10x sooner; judged cold (the fresh process with an empty cache, compilation
+    included, at --budget-s: its planning time is when it first held a plan at least as fast, by
+    perfmodel's step, as TorchRec's, from its anytime profile notes["progress"]), in new processes
+    with the cache, and warm (the 1/10-time search: a notebook or sweep script planning repeatedly).
+  - Both models: the guarded search, cold: its first plan within the cap and at least as fast as
+    TorchRec's by perfmodel's step >= 10x sooner than TorchRec's planner finishes, and its plan at the
+    end of the budget no worse than TorchRec's by TorchRec's own estimator (the exported plan rated
+    as TorchRec's is) and by perfmodel's step.
+  The unguarded searches minimize perfmodel's step alone: TorchRec's estimate of their plans is
+  printed, not judged. A longer or better unguarded search can end on a plan TorchRec's estimator
+  rates above its own choice (MLPerf on h100-64: the 1.895 ms plan, 18 data-parallel and 8
+  table-row-wise tables, that every search of it given its default iterations reaches); the guard
+  is how a user asks for a plan both models accept.
 Not part of `make test`.
 """
 
@@ -61,7 +71,9 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -388,20 +400,31 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     hbm_tr, budget = tr.hbm(options)
     # perfmodel's search guarded by TorchRec's estimate: the fastest plan (perfmodel's step) whose TorchRec
     # estimate is at most TorchRec's own plan's (its per-shard costs from TorchRec's estimator, the cap
-    # its planner's figure); the first search with a guard in this process: its scorers compile
-    guard, guard_data = tr.shard_costs(system, model, rate_tr)
-    guarded = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, guard=guard)
+    # its planner's figure), cold: a fresh process with an empty compile cache, the guard read from its
+    # file as `perfmodel search --guard FILE` reads it
+    _, guard_data = tr.shard_costs(system, model, rate_tr)
+    with tempfile.TemporaryDirectory() as folder:
+        guard_file = Path(folder) / "torchrec_guard.json"
+        guard_file.write_text(json.dumps(guard_data))
+        guarded = fresh_processes(name, seed, budget_s, cached_runs=0, guard=guard_file)[0]
+    guarded_plan = pm.plan_from_dict(guarded["plan"], system, model)
+    guarded_bd = pm.evaluate(system, model, guarded_plan)
+    print(f"    perfmodel gradient search guarded by TorchRec's estimate, budget {budget_s:g} s, cold (a fresh "
+          f"process, empty cache): {guarded['wall_s']:.2f} s ({guarded['iterations']} rounds, {guarded['stopped']})",
+          flush=True)
     with _quiet():
-        est["guarded"] = tr.options_for(guarded.plan)
+        est["guarded"] = tr.options_for(guarded_plan)
     rows = [("TorchRec planner", tr_wall, float(bd_tr.step_s), bool(bd_tr.feasible), rate_tr, hbm_tr, kinds(tr_plan))]
     cold_bd = pm.evaluate(system, model, cold_plan)
     rows.append(("perfmodel gradient, cold", cold["wall_s"], float(cold_bd.step_s), bool(cold_bd.feasible),
                  tr.rate(est["cold"]), tr.hbm(est["cold"])[0], kinds(cold_plan)))
     for label, key, r in (("perfmodel gradient, warm", "warm", warm),
-                          ("perfmodel, 1/10 TorchRec", "quick", quick), ("perfmodel from TorchRec's", "refined", refined),
-                          ("perfmodel, TorchRec-guarded", "guarded", guarded)):
+                          ("perfmodel, 1/10 TorchRec", "quick", quick), ("perfmodel from TorchRec's", "refined", refined)):
         rows.append((label, r.wall_s, r.step_s, bool(r.breakdown.feasible), tr.rate(est[key]), tr.hbm(est[key])[0],
-                     kinds(r.plan) + ("  (over the guard's cap)" if not r.notes.get("guard", {}).get("met", True) else "")))
+                     kinds(r.plan)))
+    rows.append(("perfmodel guarded, cold", guarded["wall_s"], float(guarded_bd.step_s), bool(guarded_bd.feasible),
+                 tr.rate(est["guarded"]), tr.hbm(est["guarded"])[0],
+                 kinds(guarded_plan) + ("" if guarded["guard"]["met"] else "  (over the guard's cap)")))
     print(f"    {'plan':<26}{'planning wall':>14}{'perfmodel step':>16}{'TorchRec est.':>15}{'TorchRec HBM max':>18}  sharding types (as perfmodel reads them)")
     for label, wall, step, feas, rate, hbm, kk in rows:
         print(f"    {label:<26}{wall:>12.2f} s{step * 1e3:>13.3f} ms{rate:>12.3f} ms{hbm / 2**30:>11.1f} GiB"
@@ -413,7 +436,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     if save_dir is not None:      # the plans as perfmodel JSON (pm.load_plan reads them), for analysis without rerunning
         writes = [(f"{label}.json", plan.save) for label, plan in (
             ("torchrec", tr_plan), ("cold", cold_plan), ("warm", warm.plan), ("quick", quick.plan),
-            ("from_torchrec", refined.plan), ("guarded", guarded.plan))]
+            ("from_torchrec", refined.plan), ("guarded", guarded_plan))]
         # TorchRec's estimate as a guard: perfmodel search --guard reads it
         writes.append(("torchrec_guard.json", lambda path: path.write_text(json.dumps(guard_data, indent=1))))
         for suffix, write in writes:
@@ -456,26 +479,32 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"{verdict(speed_reload >= 10)} ({reloaded}); warm process {verdict(speed_quick >= 10)} ({tr_wall:.2f} s / "
           f"{quick_at or float('inf'):.2f} s = {speed_quick:.1f}x: as fast as TorchRec's plan that soon in its "
           f"{quick.wall_s:.2f}-s search)")
-    print(f"    target TorchRec-estimated cost no worse than TorchRec's choice ({rate_tr:.3f} ms): cold search's plan "
-          f"{verdict(ok_cost['cold'])} ({versus('cold')}); 1/10-time {verdict(ok_cost['quick'])} ({versus('quick')}); "
-          f"not a target, the warm process's {budget_s:g}-s search, which goes further into perfmodel's own model: {versus('warm')}")
-    g = guarded.notes["guard"]
-    g_at = guarded.first_at(float(bd_tr.step_s))
+    # both models: the guarded search, cold. Its planning time is when it first held a plan within the
+    # cap (its anytime profile records no plan over it) and at least as fast as TorchRec's by perfmodel's
+    # step; its plan, the one at the end of its budget, rated by TorchRec's own estimator
+    g = guarded["guard"]
+    g_at = first_at(guarded["progress"], target)
+    speed_guarded = tr_wall / g_at if g_at else 0.0
+    g_step = float(guarded_bd.step_s)
+    guarded_ok = ok_cost["guarded"] and g_step <= target * (1 + 1e-9)
     g_held = (f"held a plan within the cap and as fast as TorchRec's (perfmodel's step) after {g_at:.2f} s, "
-              f"{tr_wall / g_at:.2f}x TorchRec's planning speed, the guard's scorers compiling" if g_at else
-              "never held a plan within the cap as fast as TorchRec's (perfmodel's step)")
-    print(f"    guarded by TorchRec's estimate <= {rate_tr:.3f} ms ({budget_s:g}-s search, its scorers compiled "
-          f"in it): {verdict(ok_cost['guarded'])} ({versus('guarded')}; the guard's own sum "
-          f"{g['value_s'] * 1e3:.3f} ms, {'met' if g['met'] else 'NOT met'}); perfmodel's step "
-          f"{guarded.step_s * 1e3:.3f} ms ({100 * (guarded.step_s / float(bd_tr.step_s) - 1):+.1f} % vs TorchRec's "
-          f"plan, {100 * (guarded.step_s / warm.step_s - 1):+.1f} % vs the unguarded search's); it {g_held}", flush=True)
+              "compilation included" if g_at else "never held a plan within the cap as fast as TorchRec's (perfmodel's step)")
+    print(f"    target, both models: the search guarded by TorchRec's estimate <= {rate_tr:.3f} ms, cold (a fresh "
+          f"process, empty cache): planning >= 10x faster {verdict(speed_guarded >= 10)} ({tr_wall:.2f} s / "
+          f"{g_at or float('inf'):.2f} s = {speed_guarded:.2f}x: it {g_held}); its plan no worse than TorchRec's in "
+          f"both {verdict(guarded_ok)} (TorchRec's estimator: {versus('guarded')}, the guard's own sum "
+          f"{g['value_s'] * 1e3:.3f} ms, {'met' if g['met'] else 'NOT met'}; perfmodel's step {g_step * 1e3:.3f} ms, "
+          f"{100 * (g_step / target - 1):+.1f} % vs TorchRec's plan, {100 * (g_step / warm.step_s - 1):+.1f} % vs "
+          f"the unguarded search's)", flush=True)
+    print(f"    not a target, TorchRec's estimate of the unguarded plans, which minimize perfmodel's step alone "
+          f"(TorchRec's choice {rate_tr:.3f} ms): cold {versus('cold')}; 1/10-time {versus('quick')}; warm "
+          f"{versus('warm')}")
     print(f"    perfmodel's step, vs TorchRec's plan {float(bd_tr.step_s) * 1e3:.3f} ms: cold plan "
           f"{cold['step_s'] * 1e3:.3f} ms ({100 * (cold['step_s'] / float(bd_tr.step_s) - 1):+.1f} %), 1/10-time plan "
           f"{quick.step_s * 1e3:.3f} ms ({100 * (quick.step_s / float(bd_tr.step_s) - 1):+.1f} %)", flush=True)
     return dict(case=name, speed=speed_cold, cold_first=bool(matched) and matched <= tr_wall, speed_quick=speed_quick,
-                speed_reload=speed_reload, cost_ok=ok_cost["cold"],
-                quick_ok=ok_cost["quick"], guarded_ok=ok_cost["guarded"] and guarded.step_s <= float(bd_tr.step_s) * (1 + 1e-9),
-                guarded_gain=guarded.step_s / float(bd_tr.step_s) - 1)
+                speed_reload=speed_reload, speed_guarded=speed_guarded, guarded_ok=guarded_ok,
+                guarded_gain=g_step / target - 1, unguarded={key: rate[key] / rate_tr - 1 for key in ("cold", "quick")})
 
 
 # TorchRec's planner is run this many times where one run takes under TORCHREC_REPEAT_S (the MLPerf
@@ -491,9 +520,10 @@ import perfmodel as pm
 from vs_torchrec import load_case
 pm.enable_compile_cache(sys.argv[2])
 system, model, _ = load_case(sys.argv[3])
-r = pm.search(system, model, method="gradient", seed=int(sys.argv[4]), budget_s=float(sys.argv[5]))
+guard = sys.argv[6] if len(sys.argv) > 6 else None
+r = pm.search(system, model, method="gradient", seed=int(sys.argv[4]), budget_s=float(sys.argv[5]), guard=guard)
 print(json.dumps({"progress": r.notes["progress"], "step_s": r.step_s, "wall_s": r.wall_s, "plan": r.plan.to_dict(),
-                  "iterations": r.iterations, "stopped": r.stopped}))
+                  "iterations": r.iterations, "stopped": r.stopped, "guard": r.notes.get("guard")}))
 """
 
 
@@ -501,18 +531,18 @@ print(json.dumps({"progress": r.notes["progress"], "step_s": r.step_s, "wall_s":
 CACHED_RUNS = 3
 
 
-def fresh_processes(name: str, seed: int, budget_s: float) -> list[dict]:
+def fresh_processes(name: str, seed: int, budget_s: float, cached_runs: int = CACHED_RUNS,
+                    guard: Path | None = None) -> list[dict]:
     """Searches of case `name` in new Python processes: the first with an empty compile cache (cold:
-    it compiles everything), CACHED_RUNS more loading what it kept. Each: its anytime profile,
-    final step, wall time, plan (Plan.to_dict), rounds and how it stopped."""
-    import subprocess
-    import tempfile
-
+    it compiles everything), `cached_runs` more loading what it kept; guard: a guard file
+    (`pm.search(guard=...)`). Each: its anytime profile, final step, wall time, plan
+    (Plan.to_dict), rounds, how it stopped, and the guard's figures (None without one)."""
     out = []
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(1 + CACHED_RUNS):
+        for _ in range(1 + cached_runs):
             run = subprocess.run([sys.executable, "-c", CHILD, str(Path(__file__).parent), folder, name,
-                                  str(seed), str(budget_s)], capture_output=True, text=True, cwd=ROOT)
+                                  str(seed), str(budget_s)] + ([str(guard)] if guard else []),
+                                 capture_output=True, text=True, cwd=ROOT)
             if run.returncode != 0:
                 raise SystemExit(f"the search in a new process failed:\n{run.stderr[-3000:]}")
             out.append(json.loads(run.stdout.strip().splitlines()[-1]))
@@ -565,12 +595,13 @@ def main(argv=None) -> int:
     print("\nsummary:")
     for r in results:
         print(f"  {r['case']:<15} cold (a fresh process, empty cache): TorchRec's quality before TorchRec's planner "
-              f"finishes {verdict(r['cold_first'])}, planning speed-up {r['speed']:.2f}x ({verdict(r['speed'] >= 10)}), "
-              f"TorchRec-estimated cost no worse: {verdict(r['cost_ok'])};  new process, disk cache: "
-              f"{r['speed_reload']:.2f}x ({verdict(r['speed_reload'] >= 10)});  warm process at a tenth of "
-              f"TorchRec's time: {r['speed_quick']:.1f}x ({verdict(r['speed_quick'] >= 10)}), cost no worse: "
-              f"{verdict(r['quick_ok'])};  searched with TorchRec's estimate as a guard: no worse in both models "
-              f"{verdict(r['guarded_ok'])} (perfmodel's step {100 * r['guarded_gain']:+.1f} % vs TorchRec's plan)")
+              f"finishes {verdict(r['cold_first'])}, planning speed-up {r['speed']:.2f}x ({verdict(r['speed'] >= 10)});  "
+              f"new process, disk cache: {r['speed_reload']:.2f}x ({verdict(r['speed_reload'] >= 10)});  warm process at "
+              f"a tenth of TorchRec's time: {r['speed_quick']:.1f}x ({verdict(r['speed_quick'] >= 10)});  guarded by "
+              f"TorchRec's estimate, cold: {r['speed_guarded']:.2f}x ({verdict(r['speed_guarded'] >= 10)}), no worse in "
+              f"both models {verdict(r['guarded_ok'])} (perfmodel's step {100 * r['guarded_gain']:+.1f} % vs TorchRec's "
+              f"plan);  not a target, TorchRec's estimate of the unguarded cold and 1/10-time plans "
+              f"{100 * r['unguarded']['cold']:+.1f} % / {100 * r['unguarded']['quick']:+.1f} %")
     return 0
 
 
