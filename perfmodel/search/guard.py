@@ -179,7 +179,6 @@ class ShardCosts:
         return float(np.max(self.device_loads(plan, system, model)))
 
 
-
 def packed_start(p, plan: Plan) -> Plan:
     """A start within the guard's cap where one is easy to find: every table the search may place
     table-wise made table-wise, or, when its cost exceeds the mean device's share of all tables'
