@@ -167,12 +167,12 @@ class Evolutionary(Random):
     def step(self, p, s: Sampled, budget) -> Sampled:
         n = p.max_batch
         rate = self.mutation if self.mutation is not None else min(0.5, 2.0 / p.T)
-        child = children(s.rng, p, s.pop, s.fit, p.max_batch, rate)
+        child = children(s.rng, p, s.pop, s.fit, n, rate)
         fit = np.concatenate([s.fit, p.pairs(child)[0]])
         keep = np.argsort(fit, kind="stable")[:n]     # parents first among equals
         pop = PlanArrays(**{f: np.concatenate([getattr(s.pop, f), getattr(child, f)])[keep] for f in FIELDS})
         return self._best(dataclasses.replace(s, rounds=s.rounds + 1, pop=pop, fit=fit[keep],
-                                              evaluations=s.evaluations + p.max_batch))
+                                              evaluations=s.evaluations + n))
 
     @staticmethod
     def _best(s: Sampled) -> Sampled:

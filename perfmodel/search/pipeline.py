@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..plan import Plan, from_arrays, stack, to_arrays
+from ..plan import Plan, from_arrays, to_arrays
 from . import adam
 from . import descent as ds
 from . import moves as mv
@@ -158,11 +158,11 @@ class Gradient:
             s = dataclasses.replace(s, phase="population", generations=generations)
         if not p.eager:
             return s
-        g_step, g_tie = _eager_pair(p, greedy)
+        g_tie, g_step = (float(x) for x in p.details(greedy, eager=True)[::5])
         early = _compound(p, greedy, g_step, g_tie)
         s = dataclasses.replace(s, best=g_step)
         if within is not None:      # a start within the guard's cap (greedy's seldom is), and its compound move
-            w_step, w_tie = _eager_pair(p, within)
+            w_tie, w_step = (float(x) for x in p.details(within, eager=True)[::5])
             s = _better(s, within, w_step)
             w_early = _compound(p, within, w_step, w_tie)
             early = w_early if w_early[1] < early[1] else early
@@ -342,12 +342,6 @@ class Gradient:
         out.setdefault("relaxed_batches", s.batches)
         out.setdefault("gradient_steps", 0)
         return out
-
-
-def _eager_pair(p: Problem, plan: Plan) -> tuple[float, float]:
-    """A plan's score and tie-broken score, in numpy."""
-    step, tie = (float(x) for x in p.pairs(stack([p.arrays(plan)]), True)[:, 0])
-    return step, tie
 
 
 def _repacked(p: Problem, plan: Plan, tie: float, memory) -> tuple[Plan, float, float] | None:

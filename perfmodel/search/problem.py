@@ -97,14 +97,14 @@ class Problem:
     def details_of(self, pa, eager: bool = False) -> tuple[np.ndarray, ...]:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
-        no plan changes, carries the batch axis)."""
+        no plan changes, carries the batch axis; the scores float32, as compiled)."""
         if not eager:
             return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard, self.limits)[:6])
         system, model, guard = self.numpy_problem
         score, tie, bd, per_device = sc.scores(system, model, as_numpy(stack([pa])), guard, limits=self.limits)
         first = lambda x: np.asarray(x)[0]
-        return (first(tie), first(bd.compute_s), first(bd.memory_bytes), np.asarray(bd.capacity_bytes),
-                first(per_device), first(score))
+        return (first(tie).astype(np.float32), first(bd.compute_s), first(bd.memory_bytes),
+                np.asarray(bd.capacity_bytes), first(per_device), first(score).astype(np.float32))
 
     def details(self, plan: Plan, eager: bool = False) -> tuple[np.ndarray, ...]:
         return self.details_of(self.arrays(plan), eager)
