@@ -33,7 +33,7 @@ For the same tables and topology, per case:
      - A fourth row: perfmodel's search started from TorchRec's plan (`start=`), what perfmodel would change.
      - A fifth: perfmodel's search guarded by TorchRec's estimate (`guard=`, perfmodel.search.guard): every
        table's per-shard perf.total for each sharding type, from TorchRec's EmbeddingEnumerator and
-       estimators (TorchRecSide.shard_costs), summed per rank as NoopPerfModel does, capped at TorchRec's
+       estimators (TorchRecSide.shard_cost_data), summed per rank as NoopPerfModel does, capped at TorchRec's
        own plan's estimate: the fastest plan by perfmodel's step that TorchRec's estimator rates no worse
        than its own choice. Cold: a fresh Python process with an empty compile cache, the guard read
        from a file as `perfmodel search --guard FILE` reads it.
@@ -215,19 +215,14 @@ class TorchRecSide:
                 s.rank = int(r)
         return options
 
-    def shard_costs(self, system, model, cap_ms: float):
-        """TorchRec's estimator as a perfmodel guard (perfmodel.search.guard.ShardCosts): every table's
-        per-shard perf.total (ms) for each sharding type perfmodel can place (data-parallel with the
-        dense kernel, the others fused in HBM; column-wise for every shard count perfmodel allows), from
-        TorchRec's own EmbeddingEnumerator and EmbeddingPerfEstimator, with TorchRec's NoopPerfModel
-        sum per rank: the guard's value of a plan is TorchRec's rate of it. cap_ms: the cap.
-        Returns the guard and its JSON form (what `perfmodel search --guard FILE` reads)."""
-        from perfmodel.search.guard import ShardCosts
-        data = self.shard_cost_data(cap_ms)
-        return ShardCosts.from_dict(system, model, data, src="TorchRec's estimator"), data
-
     def shard_cost_data(self, cap_ms: float) -> dict:
-        """shard_costs' JSON form: {"name", "unit": "ms", "cap", "tables": {table: {type: cost}}}."""
+        """TorchRec's estimator as a perfmodel guard file (perfmodel.search.guard.ShardCosts's form,
+        what `perfmodel search --guard FILE` reads: {"name", "unit": "ms", "cap", "tables": {table:
+        {type: cost}}}): every table's per-shard perf.total (ms) for each sharding type perfmodel can
+        place (data-parallel with the dense kernel, the others fused in HBM; column-wise for every
+        shard count perfmodel allows), from TorchRec's own EmbeddingEnumerator and
+        EmbeddingPerfEstimator, with TorchRec's NoopPerfModel sum per rank: the guard's value of a
+        plan is TorchRec's rate of it. cap_ms: the cap."""
         from perfmodel.search.relax import cw_options
         from torchrec.distributed.planner import ParameterConstraints
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
@@ -402,7 +397,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     # estimate is at most TorchRec's own plan's (its per-shard costs from TorchRec's estimator, the cap
     # its planner's figure), cold: a fresh process with an empty compile cache, the guard read from its
     # file as `perfmodel search --guard FILE` reads it
-    _, guard_data = tr.shard_costs(system, model, rate_tr)
+    guard_data = tr.shard_cost_data(rate_tr)
     with tempfile.TemporaryDirectory() as folder:
         guard_file = Path(folder) / "torchrec_guard.json"
         guard_file.write_text(json.dumps(guard_data))
