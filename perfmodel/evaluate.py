@@ -35,7 +35,7 @@ from .cost import collectives as coll
 from .cost.arrays import lead, xp_of
 from .cost import contention
 from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
-from .cost.embedding import EmbeddingCosts, embedding_costs
+from .cost.embedding import EmbeddingCosts, embedding_costs, row_wise_subset
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
@@ -202,8 +202,10 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
         return u * timed(*(v / lead(safe, v) for v in volumes))
     top = K - 1
     u_in = used(1.0 - S[..., DP])
-    u_a2a = used(S[..., TW] + S[..., CW] + S[..., TWRW] + S[..., RW] * model.tables.sequence)
-    u_rw = used(S[..., RW] * (1.0 - model.tables.sequence))
+    sub = row_wise_subset(pa, D)      # row-wise over a subset: its partial sums go in the all-to-all
+    sub = 0.0 if sub is None else sub
+    u_a2a = used(S[..., TW] + S[..., CW] + S[..., TWRW] + S[..., RW] * model.tables.sequence + sub)
+    u_rw = used(S[..., RW] * (1.0 - model.tables.sequence) - sub)
     u_tr = used(S[..., TWRW] * (1.0 - model.tables.sequence))
     u_dp = used(S[..., DP])
     a2a, rs, ag, ar = (algo[..., i, :] for i in (A2A, RS, AG, AR))

@@ -46,6 +46,10 @@ class PlanArrays:
       a2a_precision, grad_precision [3]  probabilities over PRECISIONS
       offload, pipeline   in [0, 1]: collectives on the offload engines; sparse-dist pipelining
       grad_buckets, overlap_chunks  >= 1
+      row_shards [T]      None, or the number of devices a row_wise table spans (its placement row
+                          holds 1/k on each): None means row_wise spans every device, as plans the
+                          search makes do. A framework's planner (HugeCTR's) splits a table over a
+                          subset of the devices, which the cost model then prices as its own case.
     """
 
     shard_type: jax.Array
@@ -61,6 +65,7 @@ class PlanArrays:
     pipeline: jax.Array
     grad_buckets: jax.Array
     overlap_chunks: jax.Array
+    row_shards: jax.Array | None = None
 
 
 @dataclass
@@ -169,8 +174,15 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         st, k = t.sharding_type, len(t.ranks)
         if st == "table_wise" and k != 1:
             raise ConfigError(src, f + ".ranks", f"table_wise takes exactly one rank, got {k}")
-        if st in ("data_parallel", "row_wise") and sorted(t.ranks) != list(range(D)):
+        if st == "data_parallel" and sorted(t.ranks) != list(range(D)):
             raise ConfigError(src, f + ".ranks", f"{st} spans every rank: list 0..{D - 1}")
+        if st == "row_wise" and k < D:
+            if k < 2:
+                raise ConfigError(src, f + ".ranks", f"row_wise spans at least two ranks (every rank, 0..{D - 1}, or a "
+                                  f"subset as HugeCTR's planner splits a table); one rank is table_wise")
+            if model.tables.sequence[i]:
+                raise ConfigError(src, f + ".ranks", f"row_wise over a subset of the ranks is modelled for pooled "
+                                  f"tables; a sequence table spans every rank: list 0..{D - 1}")
         if st == "column_wise" and dims[i] % k:
             raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])} (TorchRec "
                               f"splits the columns into equal shards; uneven ones it does not shard at all)")
@@ -239,13 +251,15 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
     dp = np.zeros((T, H), np.float32)
     cw = np.ones(T, np.float32)
     cache = np.ones(T, np.float32)
+    rows = np.full(T, float(D), np.float32)
     for i, name in enumerate(names):
         t = plan.tables[name]
         j = SHARDING_TYPES.index(t.sharding_type)
         st[i, j] = 1.0
-        if j in (TW, CW):
+        if j in (TW, CW) or (j == RW and len(t.ranks) < D):
             pl[i, t.ranks] = 1.0 / len(t.ranks)
             cw[i] = len(t.ranks) if j == CW else 1.0
+            rows[i] = len(t.ranks) if j == RW else D
         else:
             pl[i, :] = 1.0 / D     # unused by these types; kept a valid distribution
         if j == TWRW:
@@ -253,7 +267,9 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
         else:
             dp[i, :] = 1.0 / H
         cache[i] = t.cache_ratio
-    return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache, **settings)
+    subset = bool(np.any(rows < D))     # only then the arrays carry row_shards (module docstring of PlanArrays)
+    return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache,
+                      row_shards=rows if subset else None, **settings)
 
 
 def settings_arrays(plan: Plan) -> dict:
@@ -332,11 +348,12 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
 
 
 def table_ranks(sharding: int, place_row, domain: int, k: int, D: int, L: int) -> list[int]:
-    """The ranks of one table: table_wise the top device of its placement row, column_wise the top k
-    (stable order), table_row_wise the whole scale-up domain, the others every rank."""
+    """The ranks of one table: table_wise the top device of its placement row, column_wise (and a
+    row_wise table over k < D devices) the top k (stable order), table_row_wise the whole scale-up
+    domain, the others every rank."""
     if sharding == TW:
         return [int(np.argmax(place_row))]
-    if sharding == CW:
+    if sharding == CW or (sharding == RW and k < D):
         return sorted(int(r) for r in np.argsort(-np.asarray(place_row), kind="stable")[:k])
     if sharding == TWRW:
         return domain_ranks(domain, D, L)
@@ -351,11 +368,12 @@ def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     place = np.asarray(pa.placement)
     dom = np.argmax(np.asarray(pa.domain_placement), axis=1)
     k = np.rint(np.asarray(pa.cw_shards)).astype(int)
+    k_rw = np.full(len(k), D) if pa.row_shards is None else np.rint(np.asarray(pa.row_shards)).astype(int)
     cache = np.asarray(pa.cache_ratio)
     tables = {}
     for t, name in enumerate(model.tables.names):
         j = int(st[t])
-        ranks = table_ranks(j, place[t], int(dom[t]), max(int(k[t]), 1), D, L)
+        ranks = table_ranks(j, place[t], int(dom[t]), int(k_rw[t]) if j == RW else max(int(k[t]), 1), D, L)
         tables[name] = TablePlan(SHARDING_TYPES[j], ranks, 1.0 if j == DP else round(float(cache[t]), 6))
     algo = np.argmax(np.asarray(pa.algorithm), axis=1)
     pick = lambda v, opts: opts[int(np.argmax(np.asarray(v)))]

@@ -9,6 +9,11 @@ Each table's work is split over devices by its share under each sharding type
   column_wise     k devices hold dim / k columns each, all B samples    (share = placement, 1 / k each)
   row_wise        every device holds rows / D, looks up ~B pool / D     (share 1 / D); partial sums for
                   all B samples are reduce-scattered
+  row_wise over k < D devices (PlanArrays.row_shards: HugeCTR's planner splits a table over a
+                  subset): each of the k holds rows / k (share = placement, 1 / k each), looks up its
+                  ~B pool / k ids, and sends each device its partial sums for that device's b samples
+                  in the all-to-all (k partial rows per sample reach each device and are summed
+                  there), as HugeCTR's embedding collection does
   table_row_wise  the L devices of one scale-up domain hold rows / L  (share = domain placement / L;
                   a partial last domain's L' devices rows / L' each);
                   pooled: a reduce-scatter inside the domain, then (its result is the input) an
@@ -156,6 +161,15 @@ def table_seconds(chip, model: RankingModel, width, cache_ratio):
     return fwd_mem + fwd_host, bwd_mem + bwd_host + sort
 
 
+def row_wise_subset(pa: PlanArrays, D: int):
+    """[..., T] the row_wise share of the tables that span fewer than D devices (PlanArrays.row_shards),
+    or None where every row_wise table spans every device (the plans a search makes)."""
+    if pa.row_shards is None:
+        return None
+    xp = xp_of(pa.shard_type)
+    return pa.shard_type[..., RW] * xp.where(pa.row_shards < D - 0.5, 1.0, 0.0)
+
+
 def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_bytes, grad_bytes) -> EmbeddingCosts:
     """The embedding costs of one plan (jax) or, in numpy, of a batch of plans (PlanArrays with a
     leading batch axis; every output then has it too: cost.arrays)."""
@@ -171,6 +185,9 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     b = B / D
     S = pa.shard_type
     s_dp, s_tw, s_cw, s_rw, s_tr = (S[..., i] for i in (DP, TW, CW, RW, TWRW))
+    s_sub = row_wise_subset(pa, D)            # row-wise over k < D devices; s_rw keeps the every-device part
+    if s_sub is not None:
+        s_rw = s_rw - s_sub
     s_p = s_tw + s_cw
     k = pa.cw_shards
     c = pa.cache_ratio + s_dp * (1.0 - pa.cache_ratio)   # data-parallel tables stay in HBM
@@ -205,6 +222,14 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         per_dest * g,                                                 # 5 index bytes per sample
     ], axis=-1)
     VP = _over_tables(P, WP)
+    if s_sub is not None:
+        # the k holders' shares are the placement's 1/k: each looks up its rows and writes partial
+        # sums of all B samples (k x the table's pooled output), and sends them all: k x e per sample
+        k_rw = pa.row_shards
+        VP = VP + _over_tables(P, xp.stack([
+            s_sub * (f_full + k_rw * out_write), s_sub * (b_full + k_rw * out_write),
+            s_sub * full * c, s_sub * full * (1.0 - c), s_sub * k_rw * e, s_sub * g,
+        ], axis=-1))
     def per_table_row_wise(size):        # [T, 7]: what one device of a domain of `size` chips holds
         return xp.stack([
             s_tr * (f_full / size + out_write), s_tr * (b_full / size + out_write),
@@ -235,7 +260,8 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     out_send = (v * b)[..., :, None] * first_reached
     recv_cols, prev = [], v
     for l, size in enumerate(sizes):
-        cur = _domain_sums(v, size) if l < K - 1 else xp.zeros_like(v) + per_device(over(s_p * e))
+        sent = s_p * e if s_sub is None else s_p * e + s_sub * pa.row_shards * e
+        cur = _domain_sums(v, size) if l < K - 1 else xp.zeros_like(v) + per_device(over(sent))
         recv_cols.append((cur - prev) * b)
         prev = cur
     out_recv = xp.stack(recv_cols, axis=-1)

@@ -23,7 +23,7 @@ from ..plan import CW, DP, PlanArrays
 from .relax import Masks
 from .score import TABLE_FIELDS
 
-FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays))
+FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name != "row_shards")   # None in a search's plans
 
 
 def table_rows(rng: np.random.Generator, masks: Masks, t: np.ndarray, H: int) -> dict:

@@ -181,7 +181,8 @@ def host(x, dtype=None) -> np.ndarray:
 
 # ---------------------------------------------------------------------- setting variants of one plan
 TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
-SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS)
+# row_shards is neither: plans a search makes leave it None (row_wise spans every device)
+SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS + ("row_shards",))
 
 
 def with_settings(pa: PlanArrays, settings: dict, xp=jnp):

@@ -1,0 +1,213 @@
+"""HugeCTR's embedding sharding planner, as the MLPerf Training DLRM-DCNv2 submissions ran it.
+
+Every MLPerf DLRM-DCNv2 submission from v3.0 to v5.1 trains with NVIDIA HugeCTR's embedding
+collection, whose tables are placed by the planner in the submission's `sharding/planner.py`
+(the same file in every round; `generate_plan.py` calls it with the submission's `config_*.sh`
+settings: SHARDING_PLAN, MEM_COMM_BW_RATIO, DP_SHARDING_THRESHOLD). The validation prices each
+measured run at this plan (the run's physics) and beside it at perfmodel's own best plan.
+
+The planner reads only the tables' row counts (capped at 40 M) and their lookups per sample
+("hotness"); no data statistics. Plan types:
+
+  round_robin   table i whole on GPU i mod G (the threshold is ignored)
+  uniform       every table split by rows over all G GPUs
+  auto          a greedy planner over G buckets, one per GPU (below)
+  hier_auto     the same planner over one bucket per node (60 GB x GPUs per node of memory); each of
+                a node's shards is then spread by rows over every GPU of that node
+
+auto, as the planner's source does it:
+  - data-parallel (replicated on every GPU) iff rows x 1.024e-6 GB < DP_SHARDING_THRESHOLD (GB of
+    1e9 bytes at 1,024 bytes a row: 128 fp32 weights and their Adagrad accumulator);
+  - a bucket's cost is the sum over its shards of (the table's lookups per sample / its split)
+    + MEM_COMM_BW_RATIO / 4 per shard; a candidate plan's score is its costliest bucket's;
+  - memory per shard rows / split x 1.024e-6 GB, within 60 GB per GPU less the replicated tables;
+  - a round: the shards, hottest first (lookups per shard, a stable sort), each to the cheapest
+    bucket (the first of equals) that holds no shard of its table and has the memory; if every shard
+    is placed the candidate is kept and the hottest table whose split can double (split x 2 <= G)
+    doubles it; if a shard finds no bucket its table's split doubles, or the search ends; at most
+    20 rounds; the lowest score wins (the earlier of equals). Splits are powers of two, by rows.
+
+MEM_COMM_BW_RATIO is HBM bandwidth over the all-to-all link's (7 = 3.35 TB/s / 450 GB/s on H100
+NVLink; the submissions set 7 on H100, 11 on H200, 9 on B200 and GB200, 67 on multi-node H100).
+
+A split table becomes a row_wise table over its k GPUs (PlanArrays.row_shards when k < G), a
+whole one table_wise; under hier_auto a node's whole table is table_row_wise on that node when
+the node is one scale-up domain, else row_wise over the node's GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ConfigError
+from ..hardware import System
+from ..plan import ALLOWED_ALGORITHMS, PRECISIONS, Plan, TablePlan, validate_plan
+from ..workload import RankingModel
+
+PLAN_TYPES = ("auto", "hier_auto", "round_robin", "uniform")
+GB_PER_ROW = 1.024e-6          # planner.py: 1,024 bytes a row, GB of 1e9 bytes
+GPU_CAP_GB = 60.0              # planner.py: the memory each GPU offers the embedding shards
+ROW_CAP = 40_000_000           # MLPerf's DLRM-DCNv2 caps every table at 40 M rows
+ROUNDS = 20                    # planner.py: candidate plans tried at most
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A HugeCTR planner setting: SHARDING_PLAN, MEM_COMM_BW_RATIO, DP_SHARDING_THRESHOLD (GB; 0: no
+    data-parallel tables, as v3.0's generate_plan.py passes none)."""
+
+    plan: str = "auto"
+    mem_comm_bw_ratio: float = 7.0
+    dp_threshold_gb: float = 0.008
+
+    def __str__(self) -> str:
+        return f"hugectr:{self.plan}:{self.mem_comm_bw_ratio:g}:{self.dp_threshold_gb:g}"
+
+
+def parse_recipe(text: str, where: str = "", field: str = "planner") -> Recipe:
+    """'hugectr:auto:7:0.008' (plan type, ratio, threshold in GB; the last two optional: 7 and 0.008)
+    as a Recipe, or one ConfigError naming `where`, `field` and what is allowed."""
+    parts = [p.strip() for p in str(text).split(":")]
+    allowed = "hugectr:PLAN[:RATIO[:THRESHOLD_GB]], PLAN one of " + ", ".join(PLAN_TYPES)
+    if parts[0] != "hugectr" or not 2 <= len(parts) <= 4 or parts[1] not in PLAN_TYPES:
+        raise ConfigError(where, field, f"is {text!r}; allowed: {allowed} (e.g. hugectr:auto:7:0.008)")
+    nums = []
+    for name, value in zip(("ratio", "threshold"), parts[2:]):
+        try:
+            x = float(value)
+        except ValueError:
+            x = float("nan")
+        if not (np.isfinite(x) and x >= 0 and (name == "threshold" or x > 0)):
+            raise ConfigError(where, field, f"{name} {value!r} in {text!r} must be a "
+                              f"{'positive' if name == 'ratio' else 'non-negative'} number; allowed: {allowed}")
+        nums.append(x)
+    return Recipe(parts[1], *nums)
+
+
+def as_recipe(recipe) -> Recipe:
+    return recipe if isinstance(recipe, Recipe) else parse_recipe(recipe if ":" in str(recipe) else f"hugectr:{recipe}")
+
+
+def place(rows, hotness, buckets: int, ratio: float, threshold_gb: float, cap_gb) -> tuple[list[int], list[list[int]], float]:
+    """The auto planner (module docstring) over `buckets` buckets of `cap_gb` GB each: (the
+    data-parallel tables, each bucket's shards as table indices in placement order, the score)."""
+    rows = np.minimum(np.asarray(rows, np.float64), ROW_CAP)
+    hot = np.asarray(hotness, np.float64)
+    T = len(rows)
+    dp = [t for t in range(T) if rows[t] * GB_PER_ROW < threshold_gb]
+    mp = [t for t in range(T) if t not in dp]
+    room = cap_gb - sum(rows[t] * GB_PER_ROW for t in dp)
+    split = {t: 1 for t in mp}
+    best = None
+    for _ in range(ROUNDS):
+        shards = sorted(((hot[t] / split[t], t) for t in mp for _ in range(split[t])), key=lambda s: -s[0])
+        cost, mem = np.zeros(buckets), np.zeros(buckets)
+        held = [[] for _ in range(buckets)]
+        failed = None
+        for lookups, t in shards:
+            need = rows[t] / split[t] * GB_PER_ROW
+            open_ = [g for g in range(buckets) if t not in held[g] and mem[g] + need <= room]
+            if not open_:
+                failed = t
+                break
+            g = min(open_, key=lambda b: (cost[b], b))
+            cost[g] += lookups + ratio / 4.0
+            mem[g] += need
+            held[g].append(t)
+        if failed is None:
+            score = float(cost.max())
+            if best is None or score < best[2]:
+                best = (dp, held, score)
+            can = [t for t in mp if split[t] * 2 <= buckets]
+            if not can:
+                break
+            split[max(can, key=lambda t: (hot[t] / split[t], -t))] *= 2
+        elif split[failed] * 2 <= buckets:
+            split[failed] *= 2
+        else:
+            break
+    if best is None:
+        raise ConfigError("", "planner", f"HugeCTR's planner places no plan: the tables need more than {buckets} "
+                          f"buckets of {cap_gb:g} GB")
+    return best
+
+
+def hugectr_plan(system: System, model: RankingModel, plan: str = "auto", mem_comm_bw_ratio: float = 7.0,
+                 dp_threshold_gb: float = 0.008) -> Plan:
+    """The tables' placement HugeCTR's planner gives (module docstring), as a perfmodel Plan; the
+    plan's other settings are Plan's defaults (with_run_settings chooses them as a run does).
+    `system` and `model` may be objects or preset names or paths."""
+    from ..evaluate import as_model, as_system
+    system, model = as_system(system), as_model(model)
+    recipe = Recipe(plan, float(mem_comm_bw_ratio), float(dp_threshold_gb))
+    if plan not in PLAN_TYPES:
+        raise ConfigError("", "plan", f"is {plan!r}; allowed: {', '.join(PLAN_TYPES)}")
+    names = model.tables.names
+    rows = np.asarray(model.tables.rows, np.float64)
+    hot = np.asarray(model.tables.pooling, np.float64)
+    D, per_node = system.num_chips, system.chips_per_host
+    every = list(range(D))
+    if plan == "round_robin":
+        tables = {n: TablePlan("table_wise", [i % D]) for i, n in enumerate(names)}
+    elif plan == "uniform":
+        tables = {n: TablePlan("row_wise" if D > 1 else "table_wise", every) for n in names}
+    elif plan == "auto":
+        dp, held, _ = place(rows, hot, D, recipe.mem_comm_bw_ratio, recipe.dp_threshold_gb, GPU_CAP_GB)
+        tables = _tables(names, dp, [[g] for g in range(D)], held, system, whole_node=False)
+    else:
+        if D % per_node:
+            raise ConfigError("", "plan", f"hier_auto plans whole nodes; {system.name} has {D} chips in nodes of {per_node}")
+        nodes = [list(range(h * per_node, (h + 1) * per_node)) for h in range(D // per_node)]
+        dp, held, _ = place(rows, hot, len(nodes), recipe.mem_comm_bw_ratio, recipe.dp_threshold_gb,
+                            GPU_CAP_GB * per_node)
+        tables = _tables(names, dp, nodes, held, system, whole_node=True)
+    out = Plan(tables={n: tables[n] for n in names})
+    validate_plan(out, system, model, src=str(recipe))
+    return out
+
+
+def _tables(names, dp, groups, held, system: System, whole_node: bool) -> dict[str, TablePlan]:
+    """TablePlans of a bucket placement: `groups[b]` the ranks of bucket b."""
+    D, L = system.num_chips, system.domain_size
+    where: dict[int, list[int]] = {}
+    for b, shards in enumerate(held):
+        for t in shards:
+            where.setdefault(t, []).extend(groups[b])
+    out = {names[t]: TablePlan("data_parallel", list(range(D))) for t in dp}
+    for t, ranks in where.items():
+        ranks = sorted(ranks)
+        if len(ranks) == 1:
+            out[names[t]] = TablePlan("table_wise", ranks)
+        elif whole_node and len(ranks) == len(groups[0]) and not system.uneven_domains and len(ranks) == L \
+                and ranks[0] % L == 0:
+            out[names[t]] = TablePlan("table_row_wise", ranks)
+        else:
+            out[names[t]] = TablePlan("row_wise", ranks)
+    return out
+
+
+def with_run_settings(system: System, model: RankingModel, plan: Plan, fixed: dict | None = None,
+                      precisions: tuple[str, ...] = ("fp32",)) -> Plan:
+    """`plan`'s tables with the settings a run picks for itself: the ones the run's software fixes
+    (`fixed`: dense, overlap_chunks, ...) as they are, and of the rest the fastest feasible combination
+    of the collective algorithms (NCCL picks its own), the all-to-all and gradient precisions among
+    `precisions`, and the gradient buckets; every candidate evaluated, the first of equals kept."""
+    from ..evaluate import evaluate
+    fixed = dict(fixed or {})
+    base = dataclasses.replace(plan, offload=bool(float(system.offload.engines) > 0), **fixed)
+    precs = [p for p in PRECISIONS if p in precisions] or ["fp32"]
+    tiers = ["ring", "direct", "hierarchical"]
+    choices = itertools.product(ALLOWED_ALGORITHMS["all_to_all"], ALLOWED_ALGORITHMS["all_reduce"], tiers, precs, precs,
+                                (1, 4, 16) if "grad_buckets" not in fixed else (base.grad_buckets,))
+    best, best_s = base, float("inf")
+    for a2a, ar, tier, ap, gp, buckets in choices:
+        algos = {"all_to_all": a2a, "all_reduce": ar, "reduce_scatter": tier, "all_gather": tier}
+        cand = dataclasses.replace(base, algorithms=algos, a2a_precision=ap, grad_precision=gp, grad_buckets=buckets)
+        bd = evaluate(system, model, cand)
+        if bool(bd.feasible) and float(bd.step_s) < best_s:
+            best, best_s = cand, float(bd.step_s)
+    return best

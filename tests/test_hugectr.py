@@ -1,0 +1,121 @@
+"""HugeCTR's planner (interop/hugectr.py): the published MLPerf plans, its plan types, recipes, and the
+cost of a row-wise table over a subset of the devices."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.config import ConfigError
+from perfmodel.interop.hugectr import GB_PER_ROW, Recipe, hugectr_plan, parse_recipe, place
+from perfmodel.plan import Plan, TablePlan, plan_arrays, validate_plan
+
+MODEL = pm.load_model("dlrm-dcnv2-mlperf")
+ROWS, HOT = np.asarray(MODEL.tables.rows), np.asarray(MODEL.tables.pooling)
+
+
+def test_four_gpus_published_plan_shard_for_shard():
+    # printed in the MLPerf v3.1 / v4.0 logs of the 4 x H100 submissions (auto, ratio 7, threshold 0.008):
+    # tables 20, 9 and 0 split, every other model-parallel table whole, in placement order per GPU
+    dp, held, _ = place(ROWS, HOT, 4, 7.0, 0.008, 60.0)
+    assert held == [[20, 9, 0], [20, 9, 0], [21, 11, 10, 23, 0], [19, 22, 14, 4, 1, 2, 0]]
+    assert dp == [3, 5, 6, 7, 8, 12, 13, 15, 16, 17, 18, 24, 25]       # fewer than 7,812 rows
+    assert sum(HOT[dp]) == 23
+
+
+def _score(buckets, ratio=7.0):
+    split = {}
+    for b in buckets:
+        for t in b:
+            split[t] = split.get(t, 0) + 1
+    return max(sum(HOT[t] / split[t] + ratio / 4 for t in b) for b in buckets)
+
+
+def test_eight_gpus_against_the_published_plan():
+    # The 8-GPU plan the v3.1 / v4.0 logs print (table 20 split 8 ways, 21 two ways) scores 29.5 in
+    # the planner's own units; with the stable order the description gives, the planner finds a
+    # candidate of 29.0 (table 20 split 4 ways) earlier and keeps it, as its rule says. The published
+    # plan came from another order of the three equal 3-lookup tables (0, 10, 23): both facts held here.
+    published = [[21, 20], [21, 20], [20, 19], [20, 22, 2], [20, 14, 1], [20, 11, 0], [20, 9, 23], [20, 4, 10]]
+    assert _score(published) == pytest.approx(29.5)
+    _, held, score = place(ROWS, HOT, 8, 7.0, 0.008, 60.0)
+    assert score == pytest.approx(_score(held)) == pytest.approx(29.0)
+    assert score <= _score(published)
+    assert {t for b in held for t in b} == {t for b in published for t in b}     # the same 13 model-parallel tables
+
+
+def test_memory_and_one_bucket_per_table_shard():
+    dp, held, _ = place(ROWS, HOT, 4, 7.0, 0.008, 60.0)
+    split = {t: sum(t in b for b in held) for b in held for t in b}
+    for b in held:
+        assert len(set(b)) == len(b)                                  # two shards of one table never share a bucket
+        assert sum(ROWS[t] / split[t] * GB_PER_ROW for t in b) <= 60.0 - sum(ROWS[dp]) * GB_PER_ROW
+    assert all(s in (1, 2, 4) for s in split.values())              # powers of two
+
+
+def test_plan_types_on_a_system():
+    system = pm.load_system("h100ib-8")
+    rr = hugectr_plan(system, MODEL, "round_robin")
+    assert [t.ranks for t in rr.tables.values()] == [[i % 8] for i in range(26)]
+    uni = hugectr_plan(system, MODEL, "uniform")
+    assert {t.sharding_type for t in uni.tables.values()} == {"row_wise"}
+    auto = hugectr_plan(system, MODEL, "auto", 7, 0.008)
+    st = {n: t.sharding_type for n, t in auto.tables.items()}
+    assert st["t20"] == "row_wise" and len(auto.tables["t20"].ranks) == 4 and st["t3"] == "data_parallel"
+    hier = hugectr_plan(pm.load_system("h100ib-64"), MODEL, "hier_auto", 67, 0.0125)
+    assert hier.tables["t14"].sharding_type == "data_parallel"        # 11,938 rows: below 0.0125 GB
+    assert {t.sharding_type for t in hier.tables.values()} <= {"data_parallel", "table_row_wise", "row_wise"}
+    assert all(len(t.ranks) % 8 == 0 for t in hier.tables.values())   # whole nodes
+
+
+@pytest.mark.parametrize("text, field", [("hugectr:greedy:7", "planner"), ("torchrec:auto", "planner"),
+                                         ("hugectr:auto:-1", "planner"), ("hugectr:auto:7:nan", "planner"),
+                                         ("hugectr:auto:7:0.008:1", "planner")])
+def test_recipe_errors_name_the_field(text, field):
+    with pytest.raises(ConfigError) as e:
+        parse_recipe(text, "runs.csv:3", field)
+    assert e.value.field == field and "runs.csv:3" in str(e.value) and "hugectr:PLAN" in str(e.value)
+
+
+def test_recipe_round_trip():
+    r = parse_recipe("hugectr:hier_auto:67:0.0125")
+    assert r == Recipe("hier_auto", 67.0, 0.0125) and str(r) == "hugectr:hier_auto:67:0.0125"
+    assert parse_recipe("hugectr:auto") == Recipe()
+
+
+def test_row_wise_over_a_subset_hand_calculation():
+    """A 2-way row split on 8 devices: each holder stores half the table, looks up half its ids and
+    sends every device its partial sums (2 rows per sample reach each device); table_wise on one of
+    the holders sends one. Everything else in the plan is the same."""
+    system = pm.load_system("h100ib-8")
+    model = pm.load_model("dlrm-small")
+    names = model.tables.names
+    base = {n: TablePlan("table_wise", [i % 8]) for i, n in enumerate(names)}
+    sub = dict(base, **{names[0]: TablePlan("row_wise", [0, 1])})
+    p_tw, p_rw = Plan(tables=base, overlap_chunks=1), Plan(tables=sub, overlap_chunks=1)
+    validate_plan(p_rw, system, model)
+    pa = plan_arrays(p_rw, system, model)
+    assert pa.row_shards is not None and pa.row_shards[0] == 2 and plan_arrays(p_tw, system, model).row_shards is None
+    from perfmodel.cost.embedding import embedding_costs
+    from perfmodel.plan import to_arrays
+    e_tw = embedding_costs(system, model, to_arrays(p_tw, system, model), 4.0, 4.0)
+    e_rw = embedding_costs(system, model, to_arrays(p_rw, system, model), 4.0, 4.0)
+    full = float(model.tables.rows[0] * model.tables.bytes_per_row()[0])
+    assert float(e_rw.hbm_bytes[1] - e_tw.hbm_bytes[1]) == pytest.approx(full / 2, rel=1e-5)
+    assert float(e_tw.hbm_bytes[0] - e_rw.hbm_bytes[0]) == pytest.approx(full / 2, rel=1e-5)
+    b = float(model.global_batch) / 8
+    row = float(model.tables.output_per_sample()[0] * model.tables.dim[0]) * 4.0
+    # device 1 now sends its partial sums of table 0 to the 7 others: b samples each
+    assert float(np.sum(e_rw.out_send[1]) - np.sum(e_tw.out_send[1])) == pytest.approx(7 * b * row, rel=1e-4)
+    assert float(e_rw.rw_bytes) == float(e_tw.rw_bytes) == 0.0     # no reduce-scatter over every device
+    # and the plan round-trips through its arrays
+    back = pm.from_arrays(pa, system, model)
+    assert back.tables[names[0]].ranks == [0, 1] and back.tables[names[0]].sharding_type == "row_wise"
+
+
+def test_row_wise_subset_refused_for_one_rank():
+    system, model = pm.load_system("h100ib-8"), pm.load_model("dlrm-small")
+    plan = Plan(tables={n: TablePlan("row_wise", [3]) for n in model.tables.names})
+    with pytest.raises(ConfigError, match="at least two ranks"):
+        validate_plan(plan, system, model)
