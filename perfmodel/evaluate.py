@@ -35,7 +35,7 @@ from .cost import collectives as coll
 from .cost.arrays import lead, xp_of
 from .cost import contention
 from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
-from .cost.embedding import EmbeddingCosts, embedding_costs, row_wise_subset
+from .cost.embedding import EmbeddingCosts, embedding_costs, hierarchical, row_wise_subset
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
@@ -206,7 +206,8 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
     sub = 0.0 if sub is None else sub
     u_a2a = used(S[..., TW] + S[..., CW] + S[..., TWRW] + S[..., RW] * model.tables.sequence + sub)
     u_rw = used(S[..., RW] * (1.0 - model.tables.sequence) - sub)
-    u_tr = used(S[..., TWRW] * (1.0 - model.tables.sequence))
+    hier = hierarchical(pa, D)        # ... and, reduced inside domains first, a domain reduce-scatter
+    u_tr = used(S[..., TWRW] * (1.0 - model.tables.sequence) + (0.0 if hier is None else hier))
     u_dp = used(S[..., DP])
     a2a, rs, ag, ar = (algo[..., i, :] for i in (A2A, RS, AG, AR))
     c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.in_send, emb.in_recv)

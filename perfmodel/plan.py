@@ -46,9 +46,10 @@ class PlanArrays:
       a2a_precision, grad_precision [3]  probabilities over PRECISIONS
       offload, pipeline   in [0, 1]: collectives on the offload engines; sparse-dist pipelining
       grad_buckets, overlap_chunks  >= 1
-      row_shards [T]      None, or the number of devices a row_wise table spans (its placement row
-                          holds 1/k on each): None means row_wise spans every device, as plans the
-                          search makes do. A framework's planner (HugeCTR's) splits a table over a
+      row_shards [T]      None, or per row_wise table over a subset of the devices (its placement
+                          row holds 1 / its ranks on each) the partial sums per sample it sends each
+                          device (row_partials; D: every device, reduce-scattered): None means
+                          row_wise spans every device, as plans the search makes do. A framework's planner (HugeCTR's) splits a table over a
                           subset of the devices, which the cost model then prices as its own case.
     """
 
@@ -259,7 +260,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
         if j in (TW, CW) or (j == RW and len(t.ranks) < D):
             pl[i, t.ranks] = 1.0 / len(t.ranks)
             cw[i] = len(t.ranks) if j == CW else 1.0
-            rows[i] = len(t.ranks) if j == RW else D
+            rows[i] = row_partials(t.ranks, system) if j == RW else D
         else:
             pl[i, :] = 1.0 / D     # unused by these types; kept a valid distribution
         if j == TWRW:
@@ -268,6 +269,18 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
             dp[i, :] = 1.0 / H
         cache[i] = t.cache_ratio
     subset = bool(np.any(rows < D))     # only then the arrays carry row_shards (module docstring of PlanArrays)
+def row_partials(ranks: list[int], system: System) -> int:
+    """The partial sums per sample a row_wise table over `ranks` sends each device: one per rank; one
+    per scale-up domain where the ranks are two or more whole domains of equal ones (not every rank):
+    such a table is reduced inside each domain first, over its fast links, as HugeCTR's hier_auto
+    plans run (its node's shard spread over the node's GPUs, the reduction hierarchical)."""
+    D, L = system.num_chips, system.domain_size
+    doms = sorted({r // L for r in ranks})
+    whole = not system.uneven_domains and len(ranks) == len(doms) * L and sorted(ranks) == [
+        r for d in doms for r in domain_ranks(d, D, L)]
+    return len(doms) if whole and 2 <= len(doms) and len(ranks) < D else len(ranks)
+
+
     return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache,
                       row_shards=rows if subset else None, **settings)
 
@@ -348,12 +361,11 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
 
 
 def table_ranks(sharding: int, place_row, domain: int, k: int, D: int, L: int) -> list[int]:
-    """The ranks of one table: table_wise the top device of its placement row, column_wise (and a
-    row_wise table over k < D devices) the top k (stable order), table_row_wise the whole scale-up
-    domain, the others every rank."""
+    """The ranks of one table: table_wise the top device of its placement row, column_wise the top k
+    (stable order), table_row_wise the whole scale-up domain, the others every rank."""
     if sharding == TW:
         return [int(np.argmax(place_row))]
-    if sharding == CW or (sharding == RW and k < D):
+    if sharding == CW:
         return sorted(int(r) for r in np.argsort(-np.asarray(place_row), kind="stable")[:k])
     if sharding == TWRW:
         return domain_ranks(domain, D, L)
@@ -373,7 +385,9 @@ def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     tables = {}
     for t, name in enumerate(model.tables.names):
         j = int(st[t])
-        ranks = table_ranks(j, place[t], int(dom[t]), int(k_rw[t]) if j == RW else max(int(k[t]), 1), D, L)
+        ranks = table_ranks(j, place[t], int(dom[t]), max(int(k[t]), 1), D, L)
+        if j == RW and k_rw[t] < D:           # a subset: the ranks its placement holds
+            ranks = [int(r) for r in np.flatnonzero(place[t] > 0)]
         tables[name] = TablePlan(SHARDING_TYPES[j], ranks, 1.0 if j == DP else round(float(cache[t]), 6))
     algo = np.argmax(np.asarray(pa.algorithm), axis=1)
     pick = lambda v, opts: opts[int(np.argmax(np.asarray(v)))]

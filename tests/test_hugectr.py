@@ -119,3 +119,31 @@ def test_row_wise_subset_refused_for_one_rank():
     plan = Plan(tables={n: TablePlan("row_wise", [3]) for n in model.tables.names})
     with pytest.raises(ConfigError, match="at least two ranks"):
         validate_plan(plan, system, model)
+
+
+def test_a_table_split_over_whole_nodes_is_reduced_inside_them_first():
+    """hier_auto's table over several whole nodes sends one partial sum per node to each device (its
+    node reduce-scatters first), not one per GPU; a flat split of the same size one per GPU."""
+    from perfmodel.plan import row_partials
+    system = pm.load_system("h100ib-64")
+    assert row_partials(list(range(8, 40)), system) == 4            # four whole nodes of 8
+    assert row_partials(list(range(8, 24)) + [30], system) == 17     # not whole nodes: flat
+    assert row_partials([0, 1], system) == 2
+    plan = hugectr_plan(system, MODEL, "hier_auto", 67, 0.0125)
+    pa = plan_arrays(plan, system, MODEL)
+    split = [i for i, t in enumerate(plan.tables.values()) if t.sharding_type == "row_wise"]
+    assert split and all(pa.row_shards[i] == len(plan.tables[MODEL.tables.names[i]].ranks) // 8 for i in split)
+    from perfmodel.cost.embedding import embedding_costs
+    from perfmodel.plan import to_arrays
+    flat = dataclasses.replace(to_arrays(plan, system, MODEL), row_shards=jnp_rows(pa, split, plan))
+    e_h = embedding_costs(system, MODEL, to_arrays(plan, system, MODEL), 2.0, 2.0)
+    e_f = embedding_costs(system, MODEL, flat, 2.0, 2.0)
+    assert float(np.sum(e_h.out_recv[:, 1:])) < float(np.sum(e_f.out_recv[:, 1:]))   # fewer bytes cross nodes
+    assert float(np.sum(e_h.tr_bytes)) > float(np.sum(e_f.tr_bytes))                 # for a reduction inside
+
+
+def jnp_rows(pa, split, plan):
+    rows = np.asarray(pa.row_shards).copy()
+    for i in split:
+        rows[i] = len(list(plan.tables.values())[i].ranks)
+    return rows

@@ -9,11 +9,13 @@ Each table's work is split over devices by its share under each sharding type
   column_wise     k devices hold dim / k columns each, all B samples    (share = placement, 1 / k each)
   row_wise        every device holds rows / D, looks up ~B pool / D     (share 1 / D); partial sums for
                   all B samples are reduce-scattered
-  row_wise over k < D devices (PlanArrays.row_shards: HugeCTR's planner splits a table over a
-                  subset): each of the k holds rows / k (share = placement, 1 / k each), looks up its
-                  ~B pool / k ids, and sends each device its partial sums for that device's b samples
-                  in the all-to-all (k partial rows per sample reach each device and are summed
-                  there), as HugeCTR's embedding collection does
+  row_wise over n < D devices (PlanArrays.row_shards: HugeCTR's planner splits a table over a
+                  subset): each holds rows / n (share = placement, 1 / n each), looks up its ~B pool
+                  / n ids, and its partial sums reach every device in the all-to-all, k partial rows
+                  per sample (k = row_shards), summed there, as HugeCTR's embedding collection does:
+                  k = n for a flat split; over m whole scale-up domains (hier_auto) each domain first
+                  reduce-scatters its partial sums of all B samples inside (as table_row_wise does),
+                  and k = m
   table_row_wise  the L devices of one scale-up domain hold rows / L  (share = domain placement / L;
                   a partial last domain's L' devices rows / L' each);
                   pooled: a reduce-scatter inside the domain, then (its result is the input) an
@@ -199,6 +201,17 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     hbm = chip.hbm_Bps * chip.hbm_eff
     f_full, b_full = table_seconds(chip, model, tb.dim, c)
     f_cw, b_cw = table_seconds(chip, model, tb.dim / k, c)
+def hierarchical(pa: PlanArrays, D: int):
+    """[..., T] the share of row_wise_subset's tables reduced inside their domains first (their
+    placement holds more devices than the partial sums they send: row_shards), or None."""
+    sub = row_wise_subset(pa, D)
+    if sub is None:
+        return None
+    xp = xp_of(pa.shard_type)
+    holders = xp.sum(xp.where(pa.placement > 0, 1.0, 0.0), axis=-1)
+    return sub * xp.where(holders > pa.row_shards + 0.5, 1.0, 0.0)
+
+
     out_write = B * out_rows * row / hbm                # pooled outputs at full batch, full width
 
     full = tb.rows * tb.bytes_per_row()
@@ -259,6 +272,10 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     v = VP[..., 4]
     out_send = (v * b)[..., :, None] * first_reached
     recv_cols, prev = [], v
+        # reduced inside each domain first: every holder's domain reduce-scatters the partial sums of
+        # all B samples (its own collective on the innermost level, as table_row_wise's)
+        held = xp.where(P > 0, 1.0, 0.0)
+        tr_sub = _over_tables(held, (hierarchical(pa, D) * e)[..., None])[..., 0] * B
     for l, size in enumerate(sizes):
         sent = s_p * e if s_sub is None else s_p * e + s_sub * pa.row_shards * e
         cur = _domain_sums(v, size) if l < K - 1 else xp.zeros_like(v) + per_device(over(sent))
@@ -267,7 +284,7 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     out_recv = xp.stack(recv_cols, axis=-1)
     # table-row-wise, pooled: a reduce-scatter inside the domain of the partial sums of all B samples
     # (tr_bytes per device, its own collective), then each device's B / L share out of the domain
-    tr_bytes = VQ[..., 4] * B
+    tr_bytes = VQ[..., 4] * B if s_sub is None else VQ[..., 4] * B + tr_sub
     beyond = D - Ld_col                                # devices outside the own domain
     remote_frac = first_reached[..., 1:] / (np.maximum(beyond, 1) if np.ndim(beyond) else max(beyond, 1))
     if K > 1:
