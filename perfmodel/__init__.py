@@ -29,6 +29,7 @@ from .interop import load_torchrec_plan, model_from_tables, to_torchrec_plan, to
 __all__ = [
     "enable_compile_cache", "ConfigError", "Constraints", "TableConstraint", "load_constraints", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
     "link_bandwidths", "load_chip", "load_system", "ALGORITHMS", "COLLECTIVES", "DENSE_MODES", "PRECISIONS",
+from .interop.hugectr import hugectr_plan
     "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
     "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",
@@ -36,5 +37,5 @@ __all__ = [
     "KNOBS", "knob", "plan_for", "planner", "sensitivity", "set_knobs", "sweep", "compare", "scaling", "attribute",
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",
-    "model_from_tables", "torchrec_plan", "to_torchrec_plan", "load_torchrec_plan",
+    "model_from_tables", "torchrec_plan", "to_torchrec_plan", "load_torchrec_plan", "hugectr_plan",
 ]

@@ -23,7 +23,9 @@ def register(sub) -> None:
     p.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a TOML path")
     add_chips(p)
     p.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a TOML path")
-    p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact")
+    p.add_argument("--method", default="gradient", help="gradient (default), greedy, random, evolutionary, exact, or hugectr "
+                   "(HugeCTR's own planner, as MLPerf's runs used it: hugectr = hugectr:auto:7:0.008; "
+                   "hugectr:PLAN:RATIO:THRESHOLD_GB with PLAN auto, hier_auto, round_robin or uniform)")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed and --iterations give the same "
                    "plan, unless --budget-s cut the search)")
     p.add_argument("--iterations", type=int, default=None, help="rounds per method (a descent's round, a relaxed "
@@ -64,7 +66,7 @@ def _cmd_search(args) -> int:
     from . import load_model
     from .report import summary
     from .search.api import search
-    from .search.methods import METHODS, SAMPLERS
+    from .search.methods import METHODS, SAMPLERS, is_method
 
     check_plan_output(args.out)            # before the search: it may run for its whole budget
     if args.torchrec_module is not None and args.format != "torchrec":
@@ -74,8 +76,8 @@ def _cmd_search(args) -> int:
     constraints = for_command(args.model, args.constraints)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
     for m in methods:
-        if m not in METHODS:
-            raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)}")
+        if not is_method(m):
+            raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)} (or hugectr:PLAN:RATIO:THRESHOLD_GB)")
     if args.until_converged and args.method in SAMPLERS:
         raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
                           "converges: give --budget-s or --iterations (--until-converged is for gradient, greedy and exact)")

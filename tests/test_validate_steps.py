@@ -66,6 +66,9 @@ HEADER = "system,model,global_batch,dense_dtype,comm_precisions,in_network_reduc
     ("h100-64,dlrm-dcnv2-mlperf,55296,fp16,fp32,yes,,3.5,r,s", "in_network_reduction"),
     ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,", "source"),
     ("nope-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,,3.5,r,s", "system"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,planner=hugectr:best:7,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,planner=hugectr:auto:x,3.5,r,s", "plan_settings"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,planner=hugectr:auto:7:0.008,3.5,r,s", "plan_source"),
 ])
 def test_a_bad_row_is_one_error_naming_file_line_and_field(tmp_path, line, field):
     (tmp_path / "bad.csv").write_text(HEADER + line + "\n")
@@ -140,3 +143,48 @@ def test_shared_parameters_scale_what_they_name(dataset):
     assert float(up.chip.core_call_s) == pytest.approx(2.0 * float(system.chip.core_call_s), rel=1e-6)
     assert float(up.levels[-1].latency_s) == pytest.approx(2.0 * float(system.levels[-1].latency_s), rel=1e-6)
     assert np.isfinite(float(up.chip.hbm_Bps))
+
+
+def test_every_run_names_the_planner_its_submission_set(dataset):
+    """HugeCTR's planner with the settings of each submission's config_*.sh (data/measurements/README.md)."""
+    want = {"a100-8": "hugectr:auto:7:0", "a100roce-64": "hugectr:hier_auto:67:0.0125",
+            "h100ib-64": "hugectr:hier_auto:67:0.0125"}
+    for r in dataset.rows:
+        assert str(r.planner) == want.get(r.system, "hugectr:auto:7:0.008"), r.where
+        assert r.plan_source.startswith("https://github.com/mlcommons/training_results_v"), r.where
+
+
+def test_stored_run_plans_are_the_planners_and_give_the_stored_steps(dataset, results):
+    """The run plan each row stores is what the planner and the run's settings give today, and it
+    evaluates to the stored step (the physics' figure)."""
+    for row, out in zip(dataset.rows, results["rows"]):
+        system, model = st.problem(row)
+        plan = st.run_plan(system, model, row)
+        assert plan.to_dict() == out["run_plan"], row.where
+        assert st._step_ms(system, model, plan) == pytest.approx(out["run_plan_ms"], rel=1e-6), row.where
+        assert out["run_plan_err"] == pytest.approx(out["run_plan_ms"] / out["measured_ms"] - 1.0, rel=1e-9)
+        assert out["claimed_gain"] == pytest.approx(out["run_plan_ms"] / out["best_plan_ms"] - 1.0, rel=1e-9)
+    got = [r["run_plan_ms"] for r in results["rows"]]
+    assert results["run_plan_geomean_err"] == pytest.approx(st.geomean(got, [r["measured_ms"] for r in results["rows"]]),
+                                                            rel=1e-9)
+
+
+def test_a_row_recomputed_in_a_fresh_process_gives_the_stored_figure(results):
+    """Reproducible on any process: the last row's run-plan step from a new interpreter, to 1e-6."""
+    import subprocess
+    import sys
+    code = ("from perfmodel.validate import steps as st; (ds,) = st.load_step_datasets(); r = ds.rows[-1]; "
+            "s, m = st.problem(r); print(repr(st._step_ms(s, m, st.run_plan(s, m, r))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip()) == pytest.approx(results["rows"][-1]["run_plan_ms"], rel=1e-6)
+
+
+def test_stored_run_plan_folds_reproduce(dataset, results):
+    """Leave one system out at the runs' plans: each row's stored step at its fold's parameters."""
+    assert set(results["run_plan_folds"]) == {r.system for r in dataset.rows}
+    for row, out in zip(dataset.rows, results["rows"]):
+        theta = jnp.asarray([results["run_plan_folds"][row.system][p] for p in st.PARAMETERS], jnp.float32)
+        system, model = st.problem(row)
+        plan = st.row_plan({"plan": out["run_plan"]}, system, model)
+        assert st._step_ms(st.scaled(system, theta), model, plan) == pytest.approx(out["run_plan_loso_ms"], rel=1e-4)

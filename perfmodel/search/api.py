@@ -30,7 +30,8 @@ from .driver import Budget, run
 from .exact import admits as exact_admits
 from .greedy import greedy_plan
 from .guard import ShardCosts, load_shard_costs
-from .methods import METHODS, SAMPLERS, method as make_method
+from ..interop.hugectr import parse_recipe
+from .methods import METHODS, SAMPLERS, is_method, method as make_method
 from .pipeline import Options
 from .problem import Problem
 from .progress import Progress
@@ -86,8 +87,11 @@ def first_at(progress, step_s: float) -> float | None:
 
 def _check(method: str, budget_s, iterations, restarts: int, precisions, seed=0, steps=1) -> None:
     count = lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-    if method not in METHODS:
-        raise ConfigError("", "method", f"is {method!r}; allowed: {', '.join(METHODS)}")
+    if not is_method(method):
+        raise ConfigError("", "method", f"is {method!r}; allowed: {', '.join(METHODS)} (hugectr with a recipe: "
+                          "hugectr:PLAN[:RATIO[:THRESHOLD_GB]])")
+    if method.startswith("hugectr:"):
+        parse_recipe(method, "", "method")
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and not isinstance(budget_s, bool)
                                      and budget_s > 0 and np.isfinite(budget_s)):
         raise ConfigError("", "budget_s", f"must be a number of seconds > 0, got {budget_s!r}")
@@ -250,7 +254,7 @@ def _search(system, model, method, *, seed, budget_s, iterations, precisions, sh
                           f"{iterations} rounds ({broken[0][1]}); give it more iterations or use gradient")
     notes = dict(out.notes)
     evaluations = notes.pop("evaluations", 0)
-    if method not in ("greedy", "exact"):
+    if method not in ("greedy", "exact") and not method.startswith("hugectr"):
         notes["progress"] = out.progress
     notes["phases"] = [dataclasses.asdict(ph) for ph in out.phases]
     if method == "gradient":

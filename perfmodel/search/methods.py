@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..evaluate import evaluate
-from ..plan import Plan, to_arrays
+from ..plan import PRECISIONS, Plan, to_arrays
 from .baselines import Evolutionary, Random
 from .exact import exact_plan
 from .greedy import greedy_plan
+from ..interop.hugectr import as_recipe, hugectr_plan, with_run_settings
 from .pipeline import Gradient, Options
 
-METHODS = ("gradient", "greedy", "random", "evolutionary", "exact")
+METHODS = ("gradient", "greedy", "random", "evolutionary", "exact", "hugectr")
 SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent
 
 
@@ -61,8 +64,32 @@ class Exact(Greedy):
         return OnePass(plan, info["hard_step_s"], {"milp": info})
 
 
+class HugeCTR(Greedy):
+    """HugeCTR's own planner (interop/hugectr.py) with a recipe ('hugectr:auto:7:0.008'), the run's
+    settings chosen as a run of it picks them (with_run_settings): a framework's plan to compare with."""
+
+    name = "hugectr"
+
+    def __init__(self, recipe: str):
+        self.recipe = as_recipe(recipe)
+
+    def init(self, p, seed, budget) -> OnePass:
+        r = self.recipe
+        tables = hugectr_plan(p.system, p.model, r.plan, r.mem_comm_bw_ratio, r.dp_threshold_gb)
+        allowed = tuple(x for x, m in zip(PRECISIONS, np.asarray(p.masks.a2a)) if m > -1)
+        plan = with_run_settings(p.system, p.model, tables, precisions=allowed)
+        return OnePass(plan, float(evaluate(p.system, p.model, plan).step_s), {"planner": str(r)})
+
+
+def is_method(name: str) -> bool:
+    """`name` is a method: one of METHODS, or hugectr with a recipe (hugectr:PLAN[:RATIO[:THRESHOLD_GB]])."""
+    return name in METHODS or str(name).startswith("hugectr:")
+
+
 def method(name: str, start: Plan | None, options: Options, problem) -> object:
     """The method called `name`, for a search from `start` (None: greedy's plan)."""
+    if name.startswith("hugectr"):
+        return HugeCTR("auto" if name == "hugectr" else name)
     if name == "gradient":
         return Gradient(options)
     if name == "greedy":

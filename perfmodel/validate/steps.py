@@ -4,7 +4,15 @@ Every CSV is one dataset: rows of (system preset, model preset, global batch, wh
 dense compute dtype, the precisions its all-to-alls and gradient sync may use, in-network reduction;
 measured ms per step, source). For each row:
 
-  blind        the step of the model's best plan for the run: a search (seed 0, run to its end:
+  run plan     the step at the plan the run used (the model's physics): where the row names its
+               framework's planner (plan_settings planner=hugectr:auto:7:0.008, from the submission's
+               config_*.sh, cited in plan_source), that planner's placement of the tables
+               (interop/hugectr.py), the run's fixed settings, and of the rest the fastest
+               combination (the collective algorithms NCCL picks, the precisions the run may use,
+               the gradient buckets); blind, and leave one system out: the shared parameters fitted
+               on every other system's rows at their run plans
+  blind        (the best plan) the step of the model's best plan for the run: what perfmodel
+               recommends, its gain over the run plan the claim it makes: a search (seed 0, run to its end:
                budget_s=None) on the named system at the run's batch and precisions, the presets as
                they are; greedy's step beside it. Where the run's software fixes plan settings
                (plan_settings, e.g. dense=replicated: data-parallel MLPs; overlap_chunks=1: no
@@ -41,6 +49,7 @@ import numpy as np
 import optax
 
 from ..config import DATA_DIR, ConfigError
+from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
 from .csvfile import read_rows, shown
 
@@ -48,6 +57,7 @@ STEPS = DATA_DIR / "measurements" / "steps"
 COLUMNS = ("system", "model", "global_batch", "dense_dtype", "comm_precisions", "in_network_reduction",
            "plan_settings", "ms_per_step", "run", "source")
 SETTINGS = {"overlap_chunks": int, "grad_buckets": int, "pipeline": bool, "offload": bool, "dense": str}
+PLANNER = "planner"          # plan_settings' key naming the run's own planner (not a plan field)
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}     # fp16 runs and moves as bf16 does
 PARAMETERS = ("gemm", "gather", "latency")
 TARGET_BLIND, TARGET_CALIBRATED, TARGET_MAX = 0.10, 0.12, 0.25
@@ -69,6 +79,8 @@ class StepRow:
     run: str
     source: str
     where: str
+    planner: object = None       # interop.hugectr.Recipe of the run's own planner, or None
+    plan_source: str = ""
 
 
 @dataclass
@@ -118,15 +130,22 @@ def _row(raw: dict, where: str) -> StepRow:
         raise ConfigError(where, "in_network_reduction", f"must be yes or no, got {raw['in_network_reduction']!r}")
     if not (raw.get("source") or "").strip():
         raise ConfigError(where, "source", "is empty: every measurement names where it was published")
-    settings = {}
+    settings, planner = {}, None
     for item in (x.strip() for x in (raw.get("plan_settings") or "").split(";")):
         if not item:
             continue
         key, _, value = item.partition("=")
         key, value = key.strip(), value.strip()
+        if key == PLANNER:
+            planner = parse_recipe(value, where, "plan_settings")
+            continue
         if key not in SETTINGS:
-            raise ConfigError(where, "plan_settings", f"{key!r} is not a plan setting a run can fix; allowed: {', '.join(SETTINGS)}")
+            raise ConfigError(where, "plan_settings", f"{key!r} is not a plan setting a run can fix; allowed: "
+                              f"{', '.join((*SETTINGS, PLANNER))}")
         settings[key] = _setting(key, value, where)
+    plan_source = (raw.get("plan_source") or "").strip()
+    if planner is not None and not plan_source:
+        raise ConfigError(where, "plan_source", "is empty: a row that names its planner cites the file that sets it")
     try:
         system = as_system(raw["system"])
         as_model(raw["model"])
@@ -141,7 +160,7 @@ def _row(raw: dict, where: str) -> StepRow:
                           "in its switches (switch_reduction = true)")
     return StepRow(raw["system"], raw["model"], int(num("global_batch", True)), DTYPES[dtype],
                    tuple(dict.fromkeys(DTYPES[p] for p in precisions)), innet == "yes", settings, num("ms_per_step"),
-                   raw.get("run", ""), raw["source"], where)
+                   raw.get("run", ""), raw["source"], where, planner, plan_source)
 
 
 def _setting(key: str, value: str, where: str):
@@ -199,6 +218,15 @@ def best_plan(system, model, row: StepRow) -> Plan:
     return plan
 
 
+def run_plan(system, model, row: StepRow) -> Plan | None:
+    """The plan the run used (module docstring), or None where the row names no planner."""
+    if row.planner is None:
+        return None
+    r = row.planner
+    tables = hugectr_plan(system, model, r.plan, r.mem_comm_bw_ratio, r.dp_threshold_gb)
+    return with_run_settings(system, model, tables, row.settings, tuple(p for p in PRECISIONS if p in row.precisions))
+
+
 def _step_ms(system, model, plan) -> float:
     from ..evaluate import evaluate
     return float(evaluate(system, model, plan).step_s) * 1e3
@@ -241,9 +269,12 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
     """Blind and leave-one-system-out errors of one step dataset (module docstring)."""
     from ..search.greedy import greedy_plan
     rows = ds.rows
-    plans, blind, greedy = [], [], []
+    plans, blind, greedy, runs, run_ms = [], [], [], [], []
     for r in rows:
         system, model = problem(r)
+        run = run_plan(system, model, r)
+        runs.append(run)
+        run_ms.append(_step_ms(system, model, run) if run is not None else None)
         log(f"searching {r.system} at batch {r.global_batch}")
         plan = best_plan(system, model, r)
         plans.append(plan)
@@ -252,11 +283,25 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
     meas = np.asarray([r.ms_per_step for r in rows])
     out_rows = [{"system": r.system, "model": r.model, "global_batch": r.global_batch, "dense_dtype": r.dense_dtype,
                  "precisions": list(r.precisions), "in_network_reduction": r.in_network, "run": r.run,
-                 "measured_ms": float(m), "blind_ms": b, "greedy_ms": g, "blind_err": b / m - 1.0,
-                 "greedy_err": g / m - 1.0, "plan": p.to_dict(), "source": r.source}
+                 "measured_ms": float(m), "best_plan_ms": b, "best_plan_err": b / m - 1.0, "blind_ms": b,
+                 "greedy_ms": g, "blind_err": b / m - 1.0, "greedy_err": g / m - 1.0, "plan": p.to_dict(),
+                 "source": r.source}
                 for r, m, b, g, p in zip(rows, meas, blind, greedy, plans)]
+    for out, r, run, ms in zip(out_rows, rows, runs, run_ms):
+        if run is not None:
+            out.update({"planner": str(r.planner), "plan_source": r.plan_source, "run_plan_ms": ms,
+                        "run_plan_err": ms / out["measured_ms"] - 1.0, "run_plan": run.to_dict(),
+                        "claimed_gain": ms / out["best_plan_ms"] - 1.0})
     rep = {"dataset": ds.name, "file": shown(ds.path), "rows": out_rows,
            "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1)))}
+    rep["best_plan_geomean_err"], rep["best_plan_max_err"] = rep["blind_geomean_err"], rep["blind_max_err"]
+    have = [i for i, ms in enumerate(run_ms) if ms is not None]
+    if have:
+        rm, mm = np.asarray([run_ms[i] for i in have]), meas[have]
+        rep["run_plan_geomean_err"] = geomean(rm, mm)
+        rep["run_plan_max_err"] = float(np.max(np.abs(rm / mm - 1)))
+    if calibrated and have:
+        _run_plan_folds(rows, runs, out_rows, rep, log)
     if calibrated:
         systems = sorted({r.system for r in rows})
         folds = {}
@@ -281,6 +326,29 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
     return rep
 
 
+def _run_plan_folds(rows, runs, out_rows, rep, log) -> None:
+    """Leave one system out at the runs' own plans: the shared parameters fitted on every other
+    system's rows (their run plans held), this system's run plans evaluated at them. No search: the
+    plans are the runs'."""
+    idx = [i for i, p in enumerate(runs) if p is not None]
+    sub = [rows[i] for i in idx]
+    folds = {}
+    for name in sorted({r.system for r in sub}):
+        log(f"fitting without {name}, at the runs' plans")
+        theta = fit(sub, [runs[i] for i in idx], [0.0 if r.system == name else 1.0 for r in sub])
+        folds[name] = dict(zip(PARAMETERS, (float(x) for x in theta)))
+        for i in idx:
+            if rows[i].system == name:
+                system, model = problem(rows[i])
+                ms = _step_ms(scaled(system, jnp.asarray(theta)), model, runs[i])
+                out_rows[i]["run_plan_loso_ms"] = ms
+                out_rows[i]["run_plan_loso_err"] = ms / out_rows[i]["measured_ms"] - 1.0
+    got = [out_rows[i]["run_plan_loso_ms"] for i in idx]
+    mm = np.asarray([out_rows[i]["measured_ms"] for i in idx])
+    rep.update({"run_plan_loso_geomean_err": geomean(got, mm), "run_plan_loso_max_err": float(np.max(np.abs(np.asarray(got) / mm - 1))),
+                "run_plan_folds": folds})
+
+
 def geomean(pred, meas) -> float:
     r = np.abs(np.log(np.asarray(pred, np.float64) / np.asarray(meas, np.float64)))
     return float(np.exp(r.mean()) - 1.0) if r.size else float("nan")
@@ -293,17 +361,28 @@ def row_plan(row: dict, system, model) -> Plan:
 
 def format_steps(rep: dict, rows: bool = True) -> str:
     cal = "calibrated_geomean_err" in rep
-    lines = [f"{rep['dataset']}  ({rep['file']}): blind {100 * rep['blind_geomean_err']:.1f} % (max "
-             f"{100 * rep['blind_max_err']:.0f} %)" + (f", leave-one-system-out {100 * rep['calibrated_geomean_err']:.1f} % "
-                                                      f"(max {100 * rep['calibrated_max_err']:.0f} %)" if cal else "")]
+    pct = lambda key: f"{100 * rep[key]:.1f} % (max {100 * rep[key.replace('geomean', 'max')]:.0f} %)"
+    head = [f"{rep['dataset']}  ({rep['file']})"]
+    if "run_plan_geomean_err" in rep:
+        head.append(f"at the runs' own plans (the physics): blind {pct('run_plan_geomean_err')}"
+                    + (f", leave-one-system-out {pct('run_plan_loso_geomean_err')}" if "run_plan_loso_geomean_err" in rep else ""))
+    head.append(f"at perfmodel's best plan: blind {pct('blind_geomean_err')}"
+                + (f", leave-one-system-out {pct('calibrated_geomean_err')}" if cal else ""))
+    lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]]
     if rows:
-        lines.append(f"  {'system':<12} {'batch':>7} {'measured':>9} {'blind':>8} {'err':>7} {'greedy':>8} {'err':>7}"
-                     + (f" {'LOSO':>8} {'err':>7}" if cal else "") + "   run")
+        run = any("run_plan_ms" in r for r in rep["rows"])
+        loso = any("run_plan_loso_ms" in r for r in rep["rows"])
+        lines.append(f"  {'system':<12} {'batch':>7} {'measured':>9}" + (f" {'run plan':>9} {'err':>7}" if run else "")
+                     + (f" {'LOSO':>8} {'err':>7}" if loso else "") + f" {'best plan':>9} {'err':>7} {'claims':>7}"
+                     + (f" {'LOSO':>8} {'err':>7}" if cal else "") + f" {'greedy':>8}   planner, run")
+        ms = lambda r, k: f" {r[k]:>7.3f}ms {100 * r[k.replace('_ms', '_err')]:>6.1f}%" if k in r else f" {'-':>9} {'-':>7}"
         for r in rep["rows"]:
-            lines.append(f"  {r['system']:<12} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms {r['blind_ms']:>6.3f}ms "
-                         f"{100 * r['blind_err']:>6.1f}% {r['greedy_ms']:>6.3f}ms {100 * r['greedy_err']:>6.1f}%"
-                         + (f" {r['calibrated_ms']:>6.3f}ms {100 * r['calibrated_err']:>6.1f}%" if cal else "")
-                         + f"   {r['run']}")
+            gain = f" {-100 * r['claimed_gain'] / (1 + r['claimed_gain']):>6.1f}%" if "claimed_gain" in r else f" {'-':>7}"
+            lines.append(f"  {r['system']:<12} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms"
+                         + (ms(r, "run_plan_ms") if run else "") + (ms(r, "run_plan_loso_ms") if loso else "")
+                         + ms(r, "blind_ms") + gain + (ms(r, "calibrated_ms") if cal else "")
+                         + f" {r['greedy_ms']:>6.3f}ms   {r.get('planner', '-')}, {r['run']}")
+        lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model")
     return "\n".join(lines)
 
 
