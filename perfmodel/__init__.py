@@ -25,11 +25,11 @@ from .reference import load_spec as reference_spec, make_sharded_step as sharded
 from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
 from .interop import load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
+from .interop.hugectr import hugectr_plan
 
 __all__ = [
     "enable_compile_cache", "ConfigError", "Constraints", "TableConstraint", "load_constraints", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
     "link_bandwidths", "load_chip", "load_system", "ALGORITHMS", "COLLECTIVES", "DENSE_MODES", "PRECISIONS",
-from .interop.hugectr import hugectr_plan
     "SHARDING_TYPES", "Plan", "PlanArrays", "TablePlan", "load_plan", "plan_from_dict", "random_plans", "stack",
     "to_arrays", "validate_plan", "default_plan", "greedy_plan", "EmbeddingTables", "RankingModel",
     "load_model", "model_names", "SEARCH_METHODS", "SearchResult", "search", "from_arrays",

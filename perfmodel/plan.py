@@ -49,8 +49,9 @@ class PlanArrays:
       row_shards [T]      None, or per row_wise table over a subset of the devices (its placement
                           row holds 1 / its ranks on each) the partial sums per sample it sends each
                           device (row_partials; D: every device, reduce-scattered): None means
-                          row_wise spans every device, as plans the search makes do. A framework's planner (HugeCTR's) splits a table over a
-                          subset of the devices, which the cost model then prices as its own case.
+                          row_wise spans every device, as plans the search makes do. A framework's
+                          planner (HugeCTR's) splits a table over a subset of the devices, which the
+                          cost model then prices as its own case.
     """
 
     shard_type: jax.Array
@@ -269,6 +270,10 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
             dp[i, :] = 1.0 / H
         cache[i] = t.cache_ratio
     subset = bool(np.any(rows < D))     # only then the arrays carry row_shards (module docstring of PlanArrays)
+    return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache,
+                      row_shards=rows if subset else None, **settings)
+
+
 def row_partials(ranks: list[int], system: System) -> int:
     """The partial sums per sample a row_wise table over `ranks` sends each device: one per rank; one
     per scale-up domain where the ranks are two or more whole domains of equal ones (not every rank):
@@ -279,10 +284,6 @@ def row_partials(ranks: list[int], system: System) -> int:
     whole = not system.uneven_domains and len(ranks) == len(doms) * L and sorted(ranks) == [
         r for d in doms for r in domain_ranks(d, D, L)]
     return len(doms) if whole and 2 <= len(doms) and len(ranks) < D else len(ranks)
-
-
-    return PlanArrays(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache,
-                      row_shards=rows if subset else None, **settings)
 
 
 def settings_arrays(plan: Plan) -> dict:

@@ -172,6 +172,17 @@ def row_wise_subset(pa: PlanArrays, D: int):
     return pa.shard_type[..., RW] * xp.where(pa.row_shards < D - 0.5, 1.0, 0.0)
 
 
+def hierarchical(pa: PlanArrays, D: int):
+    """[..., T] the share of row_wise_subset's tables reduced inside their domains first (their
+    placement holds more devices than the partial sums they send: row_shards), or None."""
+    sub = row_wise_subset(pa, D)
+    if sub is None:
+        return None
+    xp = xp_of(pa.shard_type)
+    holders = xp.sum(xp.where(pa.placement > 0, 1.0, 0.0), axis=-1)
+    return sub * xp.where(holders > pa.row_shards + 0.5, 1.0, 0.0)
+
+
 def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_bytes, grad_bytes) -> EmbeddingCosts:
     """The embedding costs of one plan (jax) or, in numpy, of a batch of plans (PlanArrays with a
     leading batch axis; every output then has it too: cost.arrays)."""
@@ -201,17 +212,6 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     hbm = chip.hbm_Bps * chip.hbm_eff
     f_full, b_full = table_seconds(chip, model, tb.dim, c)
     f_cw, b_cw = table_seconds(chip, model, tb.dim / k, c)
-def hierarchical(pa: PlanArrays, D: int):
-    """[..., T] the share of row_wise_subset's tables reduced inside their domains first (their
-    placement holds more devices than the partial sums they send: row_shards), or None."""
-    sub = row_wise_subset(pa, D)
-    if sub is None:
-        return None
-    xp = xp_of(pa.shard_type)
-    holders = xp.sum(xp.where(pa.placement > 0, 1.0, 0.0), axis=-1)
-    return sub * xp.where(holders > pa.row_shards + 0.5, 1.0, 0.0)
-
-
     out_write = B * out_rows * row / hbm                # pooled outputs at full batch, full width
 
     full = tb.rows * tb.bytes_per_row()
@@ -243,6 +243,10 @@ def hierarchical(pa: PlanArrays, D: int):
             s_sub * (f_full + k_rw * out_write), s_sub * (b_full + k_rw * out_write),
             s_sub * full * c, s_sub * full * (1.0 - c), s_sub * k_rw * e, s_sub * g,
         ], axis=-1))
+        # reduced inside each domain first: every holder's domain reduce-scatters the partial sums of
+        # all B samples (its own collective on the innermost level, as table_row_wise's)
+        held = xp.where(P > 0, 1.0, 0.0)
+        tr_sub = _over_tables(held, (hierarchical(pa, D) * e)[..., None])[..., 0] * B
     def per_table_row_wise(size):        # [T, 7]: what one device of a domain of `size` chips holds
         return xp.stack([
             s_tr * (f_full / size + out_write), s_tr * (b_full / size + out_write),
@@ -272,10 +276,6 @@ def hierarchical(pa: PlanArrays, D: int):
     v = VP[..., 4]
     out_send = (v * b)[..., :, None] * first_reached
     recv_cols, prev = [], v
-        # reduced inside each domain first: every holder's domain reduce-scatters the partial sums of
-        # all B samples (its own collective on the innermost level, as table_row_wise's)
-        held = xp.where(P > 0, 1.0, 0.0)
-        tr_sub = _over_tables(held, (hierarchical(pa, D) * e)[..., None])[..., 0] * B
     for l, size in enumerate(sizes):
         sent = s_p * e if s_sub is None else s_p * e + s_sub * pa.row_shards * e
         cur = _domain_sums(v, size) if l < K - 1 else xp.zeros_like(v) + per_device(over(sent))
