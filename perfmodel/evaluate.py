@@ -13,6 +13,9 @@ is ready (max over devices) and compute and communication on separate streams:
   dense_sync  gradient buckets (n of them) ready along the backward pass:
               end = max(s + T_bwd / n + A + G, e + A / n, grad_dist end + A / n)
   optimizer   after emb_bwd and dense_sync
+  overhead    after the optimizer, on the compute stream: the launches no other term prices, the
+              cross-stream hand-offs of the collectives and the host's fixed work per step
+              (cost/overhead.py: the costs that do not shrink with a faster chip)
   step        = max(critical path, total communication busy, total compute busy)
 
 Interference (cost/contention.py): a compute phase next to a collective loses the compute units a
@@ -36,6 +39,7 @@ from .cost.arrays import lead, xp_of
 from .cost import contention
 from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
 from .cost.embedding import EmbeddingCosts, embedding_costs, hierarchical, row_wise_subset
+from .cost.overhead import step_overheads
 from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
@@ -44,7 +48,7 @@ from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, Plan
 from .workload import RankingModel, load_model
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
-          "bottom_bwd", "emb_bwd", "dense_sync", "optimizer")
+          "bottom_bwd", "emb_bwd", "dense_sync", "optimizer", "overhead")
 COMM_PHASES = ("input_dist", "output_dist", "grad_dist", "dense_sync")
 A2A, AR, RS, AG = (COLLECTIVES.index(k) for k in ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"))
 
@@ -315,12 +319,21 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
                        dv(g_end + c_sync / buckets)))
     opt_start = mx(eb_end, dv(sync_end))
     opt_end = opt_start + dv(t_opt)
+    # collective calls whose stream hand-offs are exposed (cost/overhead.py): the pipelined share of
+    # the input all-to-all hands off during the previous step; the output collectives forward and
+    # backward; the dense gradients' sync as one call (in at the first bucket, out at the last: the
+    # buckets between hand off while the backward runs); a sharded dense part's parameter
+    # all-gathers, forward and backward
+    calls = ((1.0 - p) * u_in + 2.0 * (u_a2a + u_rw + u_tr) + u_dp + 1.0 + 2.0 * (m_fsdp + m_hyb))
+    ovh = step_overheads(system, model, pa, calls)
+    t_ovh = ovh.total_s
+    ovh_end = opt_end + dv(t_ovh)
 
     extra = dv(x_bf + x_prev + x_tf + x_tb + x_bb) + x_ef
-    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + dv(t_opt)
+    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + dv(t_opt) + dv(t_ovh)
     compute = compute_plain + extra
     comm_busy = c_in + c_out_eff + c_gout_eff + c_sync          # c_sync holds the parameter all-gathers
-    step = mx(mx(dmax(opt_end), comm_busy), dmax(compute))
+    step = mx(mx(dmax(ovh_end), comm_busy), dmax(compute))
 
     # ---------------------------------------------------------------- memory
     dense_mem = dv(dense_state_bytes(model, shard)) + zero
@@ -341,14 +354,15 @@ def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float)
 
     phase = {"input_dist": zero + dv(c_in), "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + dv(c_out),
              "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + dv(c_gout),
-             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + dv(c_sync), "optimizer": zero + dv(t_opt)}
+             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + dv(c_sync), "optimizer": zero + dv(t_opt),
+             "overhead": zero + dv(t_ovh)}
     start = {"input_dist": zero, "bottom_fwd": zero, "emb_fwd": ef_start, "output_dist": zero + dv(out_start),
              "top_fwd": tf_start, "top_bwd": tf_end, "grad_dist": zero + dv(g_start), "bottom_bwd": tb_end,
-             "emb_bwd": eb_start, "dense_sync": tf_end, "optimizer": opt_start}
+             "emb_bwd": eb_start, "dense_sync": tf_end, "optimizer": opt_start, "overhead": opt_end}
     end = {"input_dist": zero + dv(in_end), "bottom_fwd": bf_end, "emb_fwd": ef_end,
            "output_dist": zero + dv(out_start) + dv(c_out_eff), "top_fwd": tf_end, "top_bwd": tb_end,
            "grad_dist": zero + dv(g_end), "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + dv(sync_end),
-           "optimizer": opt_end}
+           "optimizer": opt_end, "overhead": ovh_end}
     comm_bytes = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
     bd = Breakdown(
         step_s=step, samples_per_s=B / step, phase_s=phase, start_s=start, end_s=end, compute_s=compute,

@@ -74,6 +74,7 @@ class Chip:
     ll_max_Bps: jax.Array = 1e30          # NCCL LL protocol's bus-bandwidth cap on one node
     core_call_s: jax.Array = 3e-6         # fixed cost of one core-driven collective call
     full_grid_gemm_share: jax.Array = 0.0 # share of GEMM time in kernels sized to the whole grid
+    host_step_s: jax.Array = 20e-6        # the host's fixed work per step that the device waits for
 
 
 @_pytree
@@ -362,6 +363,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     h = top.sub("host")
     num = _reader(h, CHIP, "host")
     host_bw, dram = num("link_bandwidth_GBps"), num("dram_GB")
+    host_step = num("step_overhead_us")
     h.finish()
     pw = top.sub("power")
     tdp = _reader(pw, CHIP, "power")("tdp_W")
@@ -381,7 +383,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
         dma_hbm_mult=_f(dmult), host_link_Bps=_f(host_bw), host_dram_bytes=_f(dram),
         tdp_W=_f(tdp), usd_per_hour=_f(usd), name=name, scale_up_eff=_f(su_eff), scale_up_kind=su_kind,
         nvls_eff=_f(nvls_eff), core_channels=_f(channels), nvls_channels=_f(nvls_ch), ll_max_Bps=_f(ll_max), core_call_s=_f(call),
-        full_grid_gemm_share=_f(grid),
+        full_grid_gemm_share=_f(grid), host_step_s=_f(host_step),
     )
     nic = Nic(
         pcie=_f(1.0 if pcie else 0.0), active_ports=_f(active), port_Bps=_f(port_bw),

@@ -29,7 +29,7 @@ from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices, sam
 
 PHASE_COLORS = {
     "bottom_fwd": "#9ecae1", "top_fwd": "#4292c6", "top_bwd": "#2171b5", "bottom_bwd": "#6baed6",
-    "emb_fwd": "#74c476", "emb_bwd": "#238b45", "optimizer": "#969696",
+    "emb_fwd": "#74c476", "emb_bwd": "#238b45", "optimizer": "#969696", "overhead": "#fec44f",
     "input_dist": "#fdae6b", "output_dist": "#f16913", "grad_dist": "#a63603", "dense_sync": "#8c6bb1",
     "comm_s beyond the phases": "#bdbdbd",
 }

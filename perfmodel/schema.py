@@ -436,3 +436,5 @@ def write(path) -> int:
     except OSError as err:
         raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
     return 0
+    ("host", "step_overhead_us", "us", US, "chip.host_step_s", 0.0, 1e6, False, 20.0,
+     "host's fixed work per training step that the chip waits for (closing sync, next step's graph launch)"),

@@ -110,7 +110,9 @@ def exact_plan(system: System, model: RankingModel, start: Plan, time_limit_s: f
     over = [float(o) for o in net.oversub]
     o = float(net.offload)
     t_bf, t_tf, t_tb, t_bb = (ph[k] * US for k in ("bottom_fwd", "top_fwd", "top_bwd", "bottom_bwd"))
-    t_opt, c_sync = ph["optimizer"] * US, ph["dense_sync"] * US
+    # the per-step overhead follows the optimizer on the compute stream and depends only on the
+    # sharding types and settings, which the subproblem holds: the MILP takes it with the optimizer
+    t_opt, c_sync = (ph["optimizer"] + ph["overhead"]) * US, ph["dense_sync"] * US
     n_b = float(base.grad_buckets)
     cap = float(bd0.capacity_bytes) * MB
     db_ef, c_ef = _lookup_contention(system, model, net, pa0) if base.dense == "fully_sharded" and D > 1 else (0.0, 0.0)
