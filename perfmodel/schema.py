@@ -173,6 +173,8 @@ CHIP = _fields(
      'chip-to-host link (host-DRAM embedding shards cross it)'),
     ("host", "dram_GB", "GB", GB, "chip.host_dram_bytes", 0.0, 1e9, False, None,
      'host DRAM per chip for embedding shards kept off HBM'),
+    ("host", "step_overhead_us", "us", US, "chip.host_step_s", 0.0, 1e6, False, 20.0,
+     "host's fixed work per training step that the chip waits for (closing sync, next step's graph launch)"),
     ("power", "tdp_W", "W", 1.0, "chip.tdp_W", 1e-3, 1e6, False, None,
      'chip power, for energy per sample'),
     ("price", "usd_per_hour", "$/h", 1.0, "chip.usd_per_hour", 0.0, 1e6, False, None,
@@ -436,5 +438,3 @@ def write(path) -> int:
     except OSError as err:
         raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
     return 0
-    ("host", "step_overhead_us", "us", US, "chip.host_step_s", 0.0, 1e6, False, 20.0,
-     "host's fixed work per training step that the chip waits for (closing sync, next step's graph launch)"),
