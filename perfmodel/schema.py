@@ -217,7 +217,19 @@ MODEL = _fields(
     ("embeddings", "dim", "", 1.0, "tables.dim", 1, 1e5, _I, None,
      'embedding dim of each table (a list, or one number for all)'),
     ("embeddings", "access_skew", "", 1.0, "tables.access_skew", 1e-3, 1.0, False, 1.0,
-     'cache hit rate = cache_ratio ** access_skew (1: uniform access)'),
+     'legacy skew rule: HBM cache hit rate = cache_ratio ** access_skew (1: uniform access); not with access_zipf, '
+     'access_distinct_rows or access_top_share'),
+    # the access distribution (cost/access.py): a Zipf law over the rows ever accessed, optionally a
+    # measured top-share curve, and a multi-hot expansion of each drawn id
+    ("embeddings", "access_zipf", "", 1.0, "tables.access_zipf", 0.0, 10.0, False, 0.0,
+     'Zipf exponent s of each table\'s ids: the i-th most frequent row takes a share i^-s (0: uniform)'),
+    ("embeddings", "access_distinct_rows", "rows", 1.0, "tables.access_distinct_rows", 1, 1e12, _I, 'rows (all rows)',
+     'rows of each table that are ever accessed (the ids the Zipf law ranks), at most rows'),
+    ("embeddings", "access_multi_hot", "ids", 1.0, "tables.access_multi_hot", 1, 1e5, _I, 1.0,
+     'multi-hot expansion: each drawn id becomes itself and k - 1 rows fixed per id, drawn uniformly '
+     'over the table (MLPerf\'s synthetic multi-hot Criteo); pooling counts the expanded ids'),
+    ("embeddings", "access_top_fractions", "", 1.0, None, 1e-6, 1.0, False, 'none (no curve)',
+     'fractions f of the distinct rows, increasing, at which access_top_share gives the measured share of lookups'),
     # the sizes of a dense layer (each kind takes some: workload._LAYER_FIELDS), lowered to GEMMs
     ("dense.layers[]", "input", "", 1.0, None, 1, 1e6, _I, None,
      'mlp: input width (after an mlp, dot or dcnv2 layer: its output width)'),
@@ -328,6 +340,9 @@ MODEL_OPTIONS = _options(
      "one feature per table", "TorchRec's feature_names: the features reading each table, each its own pooled vector"),
     ("embeddings", "sequence", "list", "true or false, one per table", "all false",
      "an unpooled (jagged) feature: pooling x dim values per sample"),
+    ("embeddings", "access_top_share", "list", "per table [] (unknown) or one share per access_top_fractions, "
+     "each in [0, 1], non-decreasing", "none",
+     "measured top-share curve: the share of lookups the most frequent fraction f of the distinct rows take"),
     ("embeddings", "synthetic", "table", "generator.synthetic_embeddings' arguments", "none",
      "draw the tables (num_tables, total_params, dims, ...) instead of listing rows, dim, pooling"),
     ("dense.layers[]", "kind", "text", _one(LAYER_KINDS), None, "the layer's kind"),

@@ -31,7 +31,13 @@ class EmbeddingTables:
     rows: jax.Array
     dim: jax.Array
     pooling: jax.Array               # mean lookups per sample
-    access_skew: jax.Array           # cache hit rate = cache_ratio ** access_skew (1 = uniform)
+    access_skew: jax.Array           # legacy: HBM cache hit rate = cache_ratio ** access_skew (1 = uniform)
+    access_zipf: jax.Array           # Zipf exponent of the ids (0 = uniform); cost/access.py
+    access_distinct_rows: jax.Array  # rows ever accessed, the ids the Zipf law ranks (<= rows)
+    access_multi_hot: jax.Array      # each drawn id expands to itself + (k - 1) fixed uniform rows
+    access_top_frac: jax.Array       # [T, M] fractions of the distinct rows of the top-share curve
+    access_top_share: jax.Array      # [T, M] share of lookups they take (where access_top_known)
+    access_top_known: jax.Array      # [T] 1.0 where the file gives the table a top-share curve
     sequence: jax.Array              # 1.0: unpooled (jagged) feature, output pooling x dim per sample
     opt_bytes_per_row: jax.Array     # optimizer state per row, per shard (row-wise Adagrad: 4 B)
     opt_bytes_per_element: jax.Array # optimizer state per element (Adam: 2 x fp32 = 8 B)
@@ -171,7 +177,7 @@ def _synthetic(s: Section, src: str) -> dict:
     num_tables at most MAX_TABLES before anything is drawn, every drawn table within the schema."""
     from . import generator
     syn = s.sub("synthetic")
-    for key in ("rows", "pooling", "dim", "names", "access_skew", "sequence"):
+    for key in ("rows", "pooling", "dim", "names", "access_skew", "sequence", "access_multi_hot", *_DISTRIBUTION):
         if s.has(key):
             raise s.error(key, "must not be given together with [embeddings.synthetic]")
     kwargs = dict(syn.data)
@@ -201,6 +207,7 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
         gen = _synthetic(s, src)
         rows, dim, pool = gen["rows"], gen["dim"], gen["pooling"]
         skew, seq, names = gen["access_skew"], [0.0] * len(rows), list(gen["names"])
+        dist = _uniform_access(rows)
     else:
         nums = lambda key, *a, **kw: s.nums(MODEL[f"embeddings.{key}"].num(**kw), *a)
         rows = s.nums(MODEL["embeddings.rows"].num(), most=MAX_TABLES)
@@ -210,6 +217,7 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
         pool = nums("pooling", t)
         dim = nums("dim", t)
         skew = nums("access_skew", t)
+        dist = _access(s, rows, src)
         seq_raw = s.raw("sequence", [False] * t)
         if not isinstance(seq_raw, list) or len(seq_raw) != t or not all(isinstance(b, bool) for b in seq_raw):
             raise s.error("sequence", f"must be a list of {t} true/false values")
@@ -225,11 +233,73 @@ def _parse_tables(s: Section, src: str) -> EmbeddingTables:
     s.finish()
     opt_row, opt_elem = {"sgd": (0.0, 0.0), "rowwise_adagrad": (4.0, 0.0), "adam": (0.0, 8.0)}[opt]
     f = lambda x: jnp.asarray(x, jnp.float32)
-    return EmbeddingTables(rows=f(rows), dim=f(dim), pooling=f(pool), access_skew=f(skew), sequence=f(seq),
+    zipf, distinct, multi, frac, share, known = dist
+    return EmbeddingTables(rows=f(rows), dim=f(dim), pooling=f(pool), access_skew=f(skew), access_zipf=f(zipf),
+                           access_distinct_rows=f(distinct), access_multi_hot=f(multi),
+                           access_top_frac=f(frac), access_top_share=f(share), access_top_known=f(known),
+                           sequence=f(seq),
                            opt_bytes_per_row=f(opt_row + 0.0 * np.asarray(dim)),
                            opt_bytes_per_element=f(opt_elem), bytes_per_element=f(bpe), index_bytes=f(idx),
                            features=f([max(len(fs), 1) for fs in features]), names=tuple(str(n) for n in names),
                            feature_names=features)
+
+
+def _uniform_access(rows: list) -> tuple:
+    """The defaults: uniform access over all rows, no expansion, no curve."""
+    t = len(rows)
+    return [0.0] * t, list(rows), [1.0] * t, np.zeros((t, 0)), np.zeros((t, 0)), [0.0] * t
+
+
+_DISTRIBUTION = ("access_zipf", "access_distinct_rows", "access_top_fractions", "access_top_share")
+
+
+def _access(s: Section, rows: list, src: str) -> tuple:
+    """[embeddings] access_*: each table's access distribution (cost/access.py), checked: a Zipf
+    exponent, the rows ever accessed (1 to the table's rows), the multi-hot expansion, and an optional
+    top-share curve (fractions increasing in (0, 1]; per table [] or one share per fraction,
+    non-decreasing in [0, 1]). access_skew, the legacy rule, is not given with a distribution."""
+    t = len(rows)
+    zipf, distinct, multi, frac, share, known = _uniform_access(rows)
+    given = [key for key in _DISTRIBUTION if s.has(key)]
+    if given and s.has("access_skew"):
+        raise s.error("access_skew", f"must not be given together with {given[0]}: access_skew is the legacy rule "
+                      "(cache hit rate = cache_ratio ** access_skew); give the distribution alone")
+    if s.has("access_zipf"):
+        zipf = s.nums(MODEL["embeddings.access_zipf"].num(), t)
+    if s.has("access_distinct_rows"):
+        distinct = s.nums(MODEL["embeddings.access_distinct_rows"].num(), t)
+        for i, (d, r) in enumerate(zip(distinct, rows)):
+            if d > r:
+                raise s.error(f"access_distinct_rows[{i}]", f"is {d:,.0f}, more than the table's {r:,.0f} rows; "
+                              "must be an integer >= 1 and <= rows")
+    if s.has("access_multi_hot"):
+        multi = s.nums(MODEL["embeddings.access_multi_hot"].num(), t)
+    if s.has("access_top_fractions") or s.has("access_top_share"):
+        if not s.has("access_top_fractions"):
+            raise s.error("access_top_fractions", "is missing; access_top_share needs the fractions of the distinct "
+                          "rows its shares are at")
+        spec = MODEL["embeddings.access_top_fractions"]
+        fr = s.nums(spec.num(), most=1000)
+        if not fr or any(a >= b for a, b in zip(fr, fr[1:])):
+            raise s.error("access_top_fractions", f"must be a non-empty list of fractions of the distinct rows, "
+                          f"increasing, each {spec.allowed()}, got {s.data['access_top_fractions']!r}")
+        sh = s.raw("access_top_share", None) if s.has("access_top_share") else None
+        m = len(fr)
+        if not isinstance(sh, list) or len(sh) != t:
+            raise s.error("access_top_share", f"must be a list of {t} lists (one per table): [] where the curve is "
+                          f"unknown, else {m} shares (one per access_top_fractions entry); got {sh!r}")
+        frac, share, known = np.tile(np.asarray(fr, np.float64), (t, 1)), np.zeros((t, m)), [0.0] * t
+        for i, row in enumerate(sh):
+            good = isinstance(row, list) and len(row) in (0, m) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in row) and all(
+                a <= b for a, b in zip(row, row[1:]))
+            if not good:
+                raise s.error(f"access_top_share[{i}]", f"must be [] (unknown) or {m} shares of the lookups, one per "
+                              "access_top_fractions entry, each >= 0 and <= 1 and non-decreasing (a larger top "
+                              f"takes at least as much), got {row!r}")
+            if row:
+                share[i], known[i] = row, 1.0
+    return zipf, distinct, multi, frac, share, known
 
 
 def _feature_names(s: Section, t: int) -> tuple[tuple[str, ...], ...]:

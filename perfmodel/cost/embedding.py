@@ -41,6 +41,7 @@ import numpy as np
 from ..hardware import System, _pytree, domain_chips, peers_per_level
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
+from . import access
 from .arrays import add_at, lead, xp_of
 from .compute import gather_efficiency, llc_factor
 
@@ -104,42 +105,73 @@ def _per_domain(x, system: System):
 
 
 SORT_POSITION_BYTES = 4.0     # the sort carries (index, position in the batch) pairs: position as int32
+COUNT_BYTES = 4.0             # the deduplication writes each distinct id with an int32 count / offset
+
+
+def key_preparation(chip, tb, lookups, unique, at):
+    """(sort, dedupe) seconds [T] of preparing a step's ids for the backward scatter and the
+    optimizer, the key preparation kernels a DLRM-DCNv2 step runs (radix sort, label-and-count and
+    swizzle, 2.7 %, 2.7 % and 1 % of GPU time in a public HugeCTR trace on 8 x B200, docs/sources.md
+    [criteo-profile]):
+
+    sort    a sort of the n = lookups (index, position) records of r = index_bytes + 4 bytes,
+            O(n log n): log_k n passes, each reading and writing every record at the gather
+            efficiency of r-byte rows,
+                t = 2 n (log2 n / log2 k) r / (B_hbm e_hbm gamma(r)),
+            the records' own working set n r cached as in compute.llc_factor. k = max(2, U) is the
+            fan-out of a pass on U compute units: one core merges two ways (a comparison sort, as
+            XLA:CPU's), a parallel device distributes the records among at least as many buckets
+            as it has units (a radix or sample sort, as cub's 256-way digits)
+    dedupe  one pass over the sorted records that labels runs of equal ids and writes each of the
+            u distinct ids with its count: n r read + u (index_bytes + 4) written, same cache rule;
+            u falls with the access distribution's skew (access.distinct_per_batch)
+    `at(bytes, row_bytes)` is the caller's gather-rate time of `bytes` read as rows of row_bytes."""
+    xp = xp_of(lookups)
+    rec = tb.index_bytes + SORT_POSITION_BYTES
+    n = xp.maximum(lookups, 2.0)
+    passes = xp.log2(n) / xp.log2(xp.maximum(chip.compute_units, 2.0))
+    cached = llc_factor(chip, n * rec)
+    sort = at(2.0 * n * passes * rec, rec) * cached
+    dedupe = at(n * rec + unique * (tb.index_bytes + COUNT_BYTES), rec) * cached
+    return sort, dedupe
 
 
 def table_parts(chip, model: RankingModel, width, cache_ratio):
     """Parts of one whole table's lookup and update time at the global batch, rows `width` wide:
-    (fwd_mem, fwd_host, bwd_mem, bwd_host, sort), seconds, [T] each.
+    (fwd_mem, fwd_host, bwd_mem, bwd_host, keys), seconds, [T] each. The access distribution
+    (cost/access.py: a Zipf law over the rows ever accessed, a measured top-share curve, a
+    multi-hot expansion; uniform over all rows by default) sets three shares:
 
-    fwd_mem   lookups x row bytes read at gather efficiency gamma(row bytes) from the device's
-              memory for the cache hit fraction h = cache_ratio ** access_skew; the share of the
-              table in device memory (W = cache_ratio x rows x bytes per row, with its optimizer
-              state) its last-level cache holds at the cache's bandwidth (compute.llc_factor:
-              uniform access; a table's lookups run as their own kernel, so while they run the
-              table is the working set; per table, so every per-device sum stays linear in the
-              placement)
-    fwd_host  the other 1 - h of those bytes over the host link (at its bandwidth)
+    hit       the lookups the device's memory serves: an HBM cache of the fraction cache_ratio of
+              the rows, most frequent first, hits access.hbm_cache_hit = mass(cache_ratio) **
+              access_skew (cache_ratio ** access_skew under uniform access, the legacy rule)
+    llc       of those, the share the last-level cache serves: it holds the hottest C / row bytes
+              rows (access.llc_share; under uniform access min(1, C / W), W = cache_ratio x rows x
+              bytes per row with its optimizer state, compute.llc_factor's rule). A table's lookups
+              run as their own kernel, so while they run the table is the working set; per table,
+              so every per-device sum stays linear in the placement
+    unique    the distinct rows a step touches, u (access.distinct_per_batch; under uniform access
+              rows (1 - exp(-lookups / rows)))
+
+    fwd_mem   hit x lookups x row bytes read at gather efficiency gamma(row bytes), the llc share at
+              the cache's bandwidth (access.llc_time_factor)
+    fwd_host  the other 1 - hit of those bytes over the host link (at its bandwidth)
     bwd_mem   the gradient scatter (same bytes as the lookups) plus the fused optimizer update of
-              the distinct rows touched, u = rows (1 - exp(-lookups / rows)) (uniform access): read
-              + write of the row and its optimizer state (bwd_host: the same for the host share)
-    sort      finding those distinct rows: a sort of the n = lookups (index, position) records of
-              r = index_bytes + 4 bytes, O(n log n): log_k n passes, each reading and writing every
-              record at the gather efficiency of r-byte rows,
-                  t = 2 n (log2 n / log2 k) r / (B_hbm e_hbm gamma(r)),
-              the records' own working set n r cached as in compute.llc_factor. k = max(2, U) is
-              the fan-out of a pass on U compute units: one core merges two ways (a comparison
-              sort, as XLA:CPU's), a parallel device distributes the records among at least as
-              many buckets as it has units (a radix or sample sort, as cub's 256-way digits)
+              the u distinct rows: read + write of the row and its optimizer state, at the same
+              cache share (bwd_host: the same for the host share)
+    keys      the key preparation, sort + dedupe (key_preparation)
     """
     tb = model.tables
     xp = xp_of(tb.rows, width, cache_ratio)
     B = model.global_batch
     lookups = B * tb.pooling
     hbm = chip.hbm_Bps * chip.hbm_eff
-    hit = cache_ratio ** tb.access_skew
-    unique = tb.rows * (1.0 - xp.exp(-lookups / tb.rows))
+    mass = access.top_mass(tb, cache_ratio)
+    hit = mass ** tb.access_skew                                      # access.hbm_cache_hit
+    unique = access.distinct_per_batch(tb, B)
     rb = width * tb.bytes_per_element
     srow = width * tb.opt_bytes_per_element + tb.opt_bytes_per_row
-    cached = llc_factor(chip, cache_ratio * tb.rows * (rb + srow))   # the table's rows in HBM
+    cached = access.llc_time_factor(chip, access.llc_share(chip, tb, rb + srow, mass))
 
     def at(nbytes, row_bytes):
         return nbytes / (hbm * gather_efficiency(chip, row_bytes))
@@ -149,18 +181,15 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     upd = 2.0 * unique * (rb + srow)
     bwd_mem = fwd_mem + hit * at(upd, rb + srow) * cached
     bwd_host = fwd_host + (1.0 - hit) * upd / chip.host_link_Bps
-    rec = tb.index_bytes + SORT_POSITION_BYTES
-    n = xp.maximum(lookups, 2.0)
-    passes = xp.log2(n) / xp.log2(xp.maximum(chip.compute_units, 2.0))
-    sort = at(2.0 * n * passes * rec, rec) * llc_factor(chip, n * rec)
-    return fwd_mem, fwd_host, bwd_mem, bwd_host, sort
+    sort, dedupe = key_preparation(chip, tb, lookups, unique, at)
+    return fwd_mem, fwd_host, bwd_mem, bwd_host, sort + dedupe
 
 
 def table_seconds(chip, model: RankingModel, width, cache_ratio):
     """(forward, backward) seconds of one whole table's lookups at the global batch, rows `width`
-    wide: the parts of table_parts summed (the backward includes the index sort)."""
-    fwd_mem, fwd_host, bwd_mem, bwd_host, sort = table_parts(chip, model, width, cache_ratio)
-    return fwd_mem + fwd_host, bwd_mem + bwd_host + sort
+    wide: the parts of table_parts summed (the backward includes the key preparation)."""
+    fwd_mem, fwd_host, bwd_mem, bwd_host, keys = table_parts(chip, model, width, cache_ratio)
+    return fwd_mem + fwd_host, bwd_mem + bwd_host + keys
 
 
 def row_wise_subset(pa: PlanArrays, D: int):
