@@ -99,14 +99,10 @@ class Plan:
         return d
 
     def save(self, path: str | Path) -> None:
-        """Write the plan as JSON. Refuses to overwrite an existing file (nothing a user wrote is lost)."""
-        path = Path(path)
-        if path.exists():
-            raise ConfigError(str(path), "", "exists already; choose another name or remove it first")
-        try:
-            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        except OSError as err:
-            raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
+        """Write the plan as JSON. Refuses to overwrite an existing file (nothing a user wrote is lost),
+        and a name the OS refuses, in one ConfigError."""
+        from .analysis.table import write_new
+        write_new(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def torchrec(self) -> dict[str, dict]:
         """Per-table {sharding_type, ranks, compute_kernel} as TorchRec's ParameterSharding wants."""
