@@ -6,7 +6,11 @@
     bd = pm.evaluate(system, model, plan)
 """
 
-from .cache import enable_compile_cache
+from .interrupt import install_for_the_command_line as _install_interrupt
+
+_install_interrupt()        # first, before jax loads: `perfmodel` ends on a Ctrl-C in its first seconds too
+
+from .cache import enable_compile_cache  # noqa: E402
 from .config import ConfigError
 from .constraints import Constraints, TableConstraint, load_constraints
 from .evaluate import PHASES, Breakdown, evaluate

@@ -11,8 +11,8 @@ import argparse
 import json
 import os
 import sys
-import threading
 
+from . import interrupt
 from .cache import enable_compile_cache
 from .config import ConfigError, read_file
 
@@ -337,27 +337,25 @@ def _refuse_empty(args) -> None:
 def _interrupted(whole_process: bool) -> int:
     """Ctrl-C: one line and exit code 130 (128 + SIGINT). Results are written only at the end, so
     nothing is left half-written. Work still running in other threads (an XLA compile cannot be
-    stopped) would hold the process until it ends, or abort it at shutdown: when main() is the
-    whole process (no argv: the console script, python -m perfmodel), the process ends now."""
-    print("perfmodel: interrupted", file=sys.stderr)
-    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
-    if whole_process and busy:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(130)
+    stopped) would hold the process until it ends, or crash it at the interpreter's shutdown: when
+    main() is the whole process (no argv: the console script, python -m perfmodel), the process ends now."""
+    if whole_process:
+        interrupt.exit_now()
+    print(interrupt.MESSAGE, file=sys.stderr)
     return 130
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:               # the whole process is the command: Ctrl-C at any moment (perfmodel/interrupt.py)
+        interrupt.install()
     args = build_parser().parse_args(argv)
     enable_compile_cache()
     try:
-        _refuse_empty(args)
-        rc = args.func(args)
-        sys.stdout.flush()         # inside the try: a reader gone shows here, not at exit
+        with interrupt.armed():
+            _refuse_empty(args)
+            rc = args.func(args)
+            interrupt.check()      # a Ctrl-C that a callback swallowed is still an interrupt
+            sys.stdout.flush()     # inside the try: a reader gone shows here, not at exit
         return rc
     except ConfigError as err:
         print(f"perfmodel: error: {err}", file=sys.stderr)

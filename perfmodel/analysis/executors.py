@@ -123,11 +123,26 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
     try:
         with cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                                     initargs=(folder,)) as pool:
-            return list(pool.map(fn, *zip(*jobs)))
+            try:
+                return list(pool.map(fn, *zip(*jobs)))
+            except KeyboardInterrupt:
+                _stop(pool)
+                raise
     except cf.process.BrokenProcessPool as err:
         raise ConfigError("", "executor", f"a worker process stopped ({err}); a script that uses the process pool "
                           "must start its work under `if __name__ == '__main__':` (spawned workers import it), "
                           "or pass executor='serial'") from None
+
+
+def _stop(pool: cf.ProcessPoolExecutor) -> None:
+    """Ctrl-C: end the workers now. Leaving the pool's `with` waits for the jobs that run (minutes of
+    search), and the workers ignore Ctrl-C (perfmodel/interrupt.py), so they are terminated."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_ray(fn, jobs, folder, workers, address):

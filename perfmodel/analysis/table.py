@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import interrupt
 from ..config import ConfigError
 
 try:  # pandas is optional
@@ -108,7 +109,7 @@ def write_new(path: str | Path, text: str) -> None:
     """Write `text` to a file that must not exist yet (exclusive create: no race, no overwrite)."""
     p = check_new_file(path)
     try:
-        with p.open("x") as f:
+        with p.open("x") as f, interrupt.writing(p):     # no result after a Ctrl-C, none half-written
             f.write(text)
     except FileExistsError:
         raise ConfigError(str(p), "", "exists already; choose another name or remove it first") from None
