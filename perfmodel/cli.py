@@ -185,6 +185,24 @@ def _cmd_cache(args) -> int:
     return 0
 
 
+def _cmd_schema(args) -> int:
+    """schema --markdown PATH, the path checked first: a folder, a name the OS refuses or a missing
+    folder is one line, as for every output."""
+    from pathlib import Path
+
+    from .schema import write
+    path = Path(args.markdown)
+    try:
+        folder, parent = path.is_dir(), path.parent.is_dir()
+    except OSError as err:
+        raise ConfigError(str(path), "", f"cannot be written: {err.strerror or err}") from None
+    if folder:
+        raise ConfigError(str(path), "", "is a folder; give the markdown file's path (e.g. docs/configuration.md)")
+    if not parent:
+        raise ConfigError(str(path), "", f"its folder {str(path.parent)!r} does not exist")
+    return write(path)
+
+
 def _register_analysis(sub) -> None:
     """sweep, scaling, trace and plot (perfmodel/cli_analysis.py); sensitivity and compare (perfmodel/cli_studies.py)."""
     from .cli_analysis import register
@@ -312,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("schema", help="write the configuration reference (every field of every file) as markdown")
     sc.add_argument("--markdown", required=True, metavar="PATH", help="the file to write (docs/configuration.md); "
                     "only a file this command wrote is replaced")
-    sc.set_defaults(func=lambda args: __import__("perfmodel.schema", fromlist=["write"]).write(args.markdown))
+    sc.set_defaults(func=_cmd_schema)
     _register_analysis(sub)
     _register_search(sub)
     _register_tables(sub)

@@ -49,7 +49,7 @@ def _cmd_compare(args) -> int:
     from .analysis import planning
     from .analysis.attribution import attribute
     from .analysis.readout import si_column
-    from .analysis.scaling import compare
+    from .analysis.scaling import compare, distinct
     from .analysis.table import columns
 
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -60,7 +60,7 @@ def _cmd_compare(args) -> int:
     model = load_model(args.model)
     make = planner_of(args)
     where = executors_of(args)
-    systems = [load_system(n) for n in names]
+    systems = distinct([load_system(n) for n in names], "--systems")
     plans = dict(zip((s.name for s in systems), planning.plans(make, [(s, model) for s in systems], **where)))
     table = compare(systems, model, plan=make, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
     c = columns(table)

@@ -29,9 +29,14 @@ class ConfigError(ValueError):
         super().__init__(f"{where}{what}{message}")
 
 
-def read_file(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file,
-    and so does a file that cannot be read (a name too long, no permission, /proc/self/mem)."""
+MAX_FILE_BYTES = 64 * 2**20     # far above any real config or table CSV; /dev/zero or a huge file stops here
+MAX_DEPTH = 64                  # tables and lists inside each other; the deepest real file nests 5
+
+
+def read_bytes(path: str | Path, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; ConfigError naming the file otherwise:
+    missing, a name the OS refuses (too long, a bad byte), no permission, a folder, a FIFO (reading
+    one waits forever), a device or a link to one (/dev/zero never ends), /proc/self/mem."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -39,20 +44,68 @@ def read_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(path), "", "no such file") from None
     except (OSError, ValueError) as err:          # a name too long, a bad byte, no permission
         raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(str(path), "", f"is a folder; give the {what}'s path")
     if not stat.S_ISREG(mode):
-        raise ConfigError(str(path), "", "is not a file")
+        raise ConfigError(str(path), "", f"is not a regular file (a FIFO, a device or a socket); give a {what}")
     try:
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-        else:
-            with path.open("rb") as f:
-                data = tomllib.load(f)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(str(path), "", f"cannot be parsed: {err}") from None
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise ConfigError(str(path), "", f"cannot be read: {err.strerror or err}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(str(path), "", f"is larger than {fmt_bytes(MAX_FILE_BYTES)}, the most a {what} may be")
+    return data
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """read_bytes as UTF-8 text (a byte-order mark dropped); ConfigError naming the byte that is not."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(str(path), "", f"is not UTF-8 text (byte {err.start}: {err.reason}); a {what} is "
+                          "UTF-8 text") from None
+
+
+def csv_error(path: str | Path, err: Exception) -> ConfigError:
+    """The ConfigError of a csv.Error while a CSV is read: a cell longer than the csv module's limit,
+    a NUL byte."""
+    import csv
+    limit = csv.field_size_limit()
+    if "field limit" in str(err):
+        return ConfigError(str(path), "", f"has a cell longer than {limit:,} characters, the most a CSV cell may hold")
+    return ConfigError(str(path), "", f"is not a CSV this reads: {err}")
+
+
+def _depth(data: Any) -> int:
+    """How deeply tables and lists nest in `data` (without recursion: a deep one would overflow it)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        value, d = todo.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                break
+            todo.extend((v, d + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML or JSON file into a dict; a parse error becomes a ConfigError naming the file,
+    and so does a file that cannot be read (see read_bytes) or nests deeper than MAX_DEPTH."""
+    path = Path(path)
+    text = read_text(path, "JSON file" if path.suffix == ".json" else "TOML file")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(str(path), "", f"cannot be parsed: {err}") from None
+    except RecursionError:          # the parser's own recursion, before MAX_DEPTH is checked
+        raise ConfigError(str(path), "", f"nests tables or lists too deeply; at most {MAX_DEPTH} levels") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "must hold a table/object at the top level")
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(str(path), "", f"nests tables or lists too deeply; at most {MAX_DEPTH} levels")
     return data
 
 

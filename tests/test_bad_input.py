@@ -10,6 +10,7 @@ fail at the edge, before anything is compiled; the few that evaluate share h100-
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -185,7 +186,100 @@ CASES = {
                                 ["field '--systems': ',' lists no system"]),
     "guard-cap-1e-300": (lambda f: EVAL + ["--guard", _write(f, "cap.json", {"unit": "ms", "cap": 1e-300, "tables": {}})],
                          ["cap.json: field 'cap': must be a finite number >= 1e-06 and <= 1e+09 (ms), got 1e-300"]),
+    # ---- issue 50: files that are not files, names the OS refuses, the commands' own tracebacks
+    "import-tables-fifo": (lambda f: ["import-tables", _fifo(f, "t.csv"), "--out", str(f / "m.toml")],
+                           ["t.csv: is not a regular file (a FIFO, a device or a socket); give a CSV of tables"]),
+    "import-tables-dev-zero": (lambda f: ["import-tables", _zero(f, "z.csv"), "--out", str(f / "m.toml")],
+                               ["z.csv: is not a regular file"]),
+    "import-tables-a-folder": (lambda f: ["import-tables", str(f), "--out", str(f / "m.toml")],
+                               [f"is a folder; give the CSV of tables's path"]),
+    "import-tables-cell-over-the-csv-limit": (
+        lambda f: ["import-tables", _text(f, "big.csv", "name,num_embeddings,embedding_dim,feature_names\n"
+                                          f"t0,1000,64,{'f' * 200_000}\n"), "--out", str(f / "m.toml")],
+        ["big.csv: has a cell longer than 131,072 characters"]),
+    "validate-csv-fifo": (lambda f: ["validate", "--data", _in_folder(f, "fifo", _fifo)],
+                          ["fifo/fifo.csv: is not a regular file"]),
+    "validate-csv-dev-zero": (lambda f: ["validate", "--data", _in_folder(f, "zero", _zero)],
+                              ["zero/zero.csv: is not a regular file"]),
+    "validate-collectives-on-one-chip": (lambda f: ["validate", "--kind", "collectives", "--data", csv(
+        f, "one", *(ROW.format(size=s).replace("a100-8", "h100-1") for s in (1024, 2048)))],
+                                         ["one.csv:2: field 'system': h100-1 has 1 chip", "at least 2"]),
+    "validate-contention-column-missing": (lambda f: _contention(f, "compute_alone_us", None),
+                                           ["interference.csv: field 'compute_alone_us': column is missing"]),
+    "validate-contention-time-negative": (lambda f: _contention(f, "compute_overlapped_us", "-2451"),
+                                          ["interference.csv:2: field 'compute_overlapped_us'", "got '-2451'"]),
+    "validate-contention-time-nan": (lambda f: _contention(f, "compute_alone_us", "nan"),
+                                     ["interference.csv:2: field 'compute_alone_us'", "from 0 (excluded)", "'nan'"]),
+    "validate-contention-time-text": (lambda f: _contention(f, "compute_alone_us", "fast"),
+                                      ["interference.csv:2: field 'compute_alone_us'", "got 'fast'"]),
+    "validate-contention-note-without-the-time": (lambda f: _contention(f, "note", "no time here", row=7),
+                                                  ["field 'note': must say 'total iteration time <X> ms'"]),
+    "compare-one-system-twice": (lambda f: ["compare", "--systems", "h100-8,h100-8", *SMALL, "--json"],
+                                 ["field '--systems': names system 'h100-8' twice"]),
+    "sweep-plan-name-of-300-characters": (lambda f: SWEEP + ["--vary", "scale_out_bandwidth_GBps=50,100", "--plan",
+                                                             str(f / ("p" * 300 + ".json"))],
+                                          ["field 'plan': cannot be read: File name too long"]),
+    "validate-data-name-of-300-characters": (lambda f: ["validate", "--data", str(f / ("d" * 300))],
+                                             ["cannot be read: File name too long"]),
+    "schema-markdown-name-of-300-characters": (lambda f: ["schema", "--markdown", str(f / ("s" * 300 + ".md"))],
+                                               ["cannot be written: File name too long"]),
+    "schema-markdown-a-folder": (lambda f: ["schema", "--markdown", str(f)], ["is a folder; give the markdown file"]),
+    "calibrate-out-name-of-300-characters": (lambda f: ["calibrate", "--grid", "tiny", "--out",
+                                                        str(f / ("c" * 300 + ".toml"))],
+                                             ["cannot be written: File name too long"]),
+    "calibrate-measurements-name-of-300-characters": (
+        lambda f: ["calibrate", "--grid", "tiny", "--out", str(f / "c.toml"), "--measurements",
+                   str(f / ("m" * 300 + ".csv"))], ["cannot be written: File name too long"]),
+    "ray-host-label-empty": (lambda f: SWEEP + ["--vary", "scale_out_bandwidth_GBps=50,100", "--ray", "..:80"],
+                             ["field '--ray': '..:80': '..' is not a host name"]),
+    "ray-host-label-of-64-characters": (lambda f: SWEEP + ["--vary", "scale_out_bandwidth_GBps=50,100", "--ray",
+                                                           "h" * 64 + ".example:80"], ["is not a host name"]),
+    "plan-nested-100000-deep": (lambda f: EVAL + ["--plan", _text(f, "deep.json", "[" * 100_000 + "]" * 100_000)],
+                                ["deep.json: nests tables or lists too deeply; at most 64 levels"]),
+    "plan-nested-100-deep": (lambda f: EVAL + ["--plan", _text(f, "deep100.json", '{"tables": ' + "[" * 100 + "]" * 100
+                                                               + "}")],
+                             ["deep100.json: nests tables or lists too deeply"]),
+    "model-nested-100000-deep": (lambda f: [*EVAL[:3], "--model", _text(f, "deep.toml", "a = " + "[" * 100_000
+                                                                         + "]" * 100_000)],
+                                 ["deep.toml: nests tables or lists too deeply"]),
 }
+
+
+def _text(folder: Path, name: str, text: str) -> str:
+    (folder / name).write_text(text)
+    return str(folder / name)
+
+
+def _fifo(folder: Path, name: str) -> str:
+    os.mkfifo(folder / name)          # reading one waits for a writer: forever
+    return str(folder / name)
+
+
+def _zero(folder: Path, name: str) -> str:
+    (folder / name).symlink_to("/dev/zero")     # never ends
+    return str(folder / name)
+
+
+def _in_folder(folder: Path, name: str, make) -> str:
+    (folder / name).mkdir()
+    make(folder / name, f"{name}.csv")
+    return str(folder / name)
+
+
+def _contention(folder: Path, column: str, value, row: int = 0) -> list[str]:
+    """validate --kind contention on a copy of interference.csv whose `column` is removed (value
+    None) or set to `value` in data row `row`."""
+    import csv as _csv
+    with open(DATA / "measurements" / "contention" / "interference.csv", newline="") as fh:
+        rows = list(_csv.DictReader(fh))
+    names = [c for c in rows[0] if c != column or value is not None]
+    if value is not None:
+        rows[row][column] = value
+    with open(folder / "interference.csv", "w", newline="") as fh:
+        w = _csv.DictWriter(fh, names, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return ["validate", "--kind", "contention", "--data", str(folder)]
 
 
 def _write(folder: Path, name: str, data: dict) -> str:
@@ -313,6 +407,8 @@ API_CASES = {
                                     "has a step time of nan s"),
     "trace-of-a-nan-breakdown": (lambda p: trace.chrome_trace(_breakdown(p, nan=True)), "breakdown",
                                  "a timeline needs finite times"),
+    "plan-save-name-of-300-characters": (lambda p: p[2].save("/tmp/" + "p" * 300 + ".json"), "",
+                                         "cannot be written: File name too long"),
     "save-figure-unknown-format": (lambda p: plots.save_figure(_figure(), "x.xyz"), "", "is not a figure name"),
 }
 

@@ -75,6 +75,9 @@ def check_address(address: str, field: str = "ray_address") -> None:
         raise ConfigError("", field, f"{address!r} is not host:port (e.g. 10.0.0.5:6379, ray://head:10001) or 'local'")
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except UnicodeError:                  # IDNA refuses the host: an empty label (..) or one over 63 characters
+        raise ConfigError("", field, f"{address!r}: {host!r} is not a host name (each dot-separated part 1 to 63 "
+                          "characters)") from None
     except OSError as err:
         raise ConfigError("", field, f"cannot reach a Ray cluster at {address!r} ({err.strerror or err}); start "
                           "one with `ray start --head`, or give 'local' to start one here") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..config import ConfigError
+from ..config import ConfigError, exists
 from ..hardware import System
 from ..plan import Plan, PlanArrays, from_arrays, load_plan, validate_plan
 from ..workload import RankingModel
@@ -123,9 +123,13 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> P
     fixed = getattr(plan, "plan", plan)
     if isinstance(fixed, (Plan, PlanArrays)):
         return Planner(_Given(fixed), "given plan", "fixed")
-    if isinstance(plan, Path) or (isinstance(plan, str) and (plan.endswith(".json") or Path(plan).exists())):
+    if isinstance(plan, Path) or (isinstance(plan, str) and (plan.endswith(".json") or exists(plan))):
         path = Path(plan)
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as err:            # a name the OS refuses (too long)
+            raise ConfigError(str(path), "plan", f"cannot be read: {err.strerror or err}") from None
+        if not found:
             raise ConfigError(str(path), "plan", "does not exist; give 'search', 'greedy' or a plan JSON path")
         return Planner(_File(path), f"plan file {path.name}", "file")
     if callable(plan):

@@ -41,9 +41,20 @@ def evaluate_systems(systems: Sequence, model: RankingModel, plan="search", *, i
     model = as_model(model)
     if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
         raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
-    systems = [as_system(s) for s in systems]
+    systems = distinct([as_system(s) for s in systems])
     found = plans(make, [(s, model) for s in systems], executor, workers, ray_address)
     return {s.name: evaluate(s, model, p) for s, p in zip(systems, found)}
+
+
+def distinct(systems: list[System], field: str = "systems") -> list[System]:
+    """`systems`, each named once: results are kept by system name, so a second one of a name would
+    be lost (a table of one row, a JSON index out of range)."""
+    seen = set()
+    for s in systems:
+        if s.name in seen:
+            raise ConfigError("", field, f"names system {s.name!r} twice; list each system once")
+        seen.add(s.name)
+    return systems
 
 
 def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: dict[str, Breakdown] | None = None,

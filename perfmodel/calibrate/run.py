@@ -37,13 +37,14 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
     out = Path(out)
     if device != "local":
         raise ConfigError("", "device", f"is {device!r}; only 'local' is supported (run this on the machine to calibrate)")
-    if out.exists():
-        raise ConfigError(str(out), "", "exists already; choose another name or remove it first")
-    if not out.parent.is_dir():
-        raise ConfigError(str(out), "", "cannot be written: its folder does not exist")
-    for p in [measurements_out] if measurements_out else []:
-        if Path(p).exists():
-            raise ConfigError(str(p), "", "exists already; choose another name or remove it first")
+    for p in [out, *([Path(measurements_out)] if measurements_out else [])]:
+        try:
+            if p.exists():
+                raise ConfigError(str(p), "", "exists already; choose another name or remove it first")
+            if not p.parent.is_dir():
+                raise ConfigError(str(p), "", "cannot be written: its folder does not exist")
+        except OSError as err:            # a name the OS refuses (too long), before minutes of timing
+            raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
     if grid not in GRIDS:
         raise ConfigError("", "grid", f"is {grid!r}; allowed: {', '.join(GRIDS)}")
     plat = jax.devices()[0].platform

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..config import ConfigError, Num, check_number, read_file, shown
+from ..config import ConfigError, Num, check_number, csv_error, read_file, read_text, shown
 from ..hardware import _resolve
 from ..schema import MAX_TABLES, MODEL
 from ..workload import RankingModel, layer_output_width, parse_model
@@ -210,11 +210,12 @@ def read_tables_csv(path: str | Path) -> list[tuple[int, dict]]:
     """The rows of a CSV of tables with their line numbers; header: CSV_COLUMNS (the first four required)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(str(p), "", "no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ConfigError(str(p), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+        return _rows(p, read_text(p, "CSV of tables"))
+    except csv.Error as err:        # a cell over csv's field size limit, a NUL byte
+        raise csv_error(p, err) from None
+
+
+def _rows(p: Path, text: str) -> list[tuple[int, dict]]:
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in CSV_REQUIRED if c not in header]

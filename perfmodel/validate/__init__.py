@@ -26,7 +26,11 @@ def run(kinds=None, data: str | Path | None = None, datasets: list[str] | None =
     if bad:
         raise ConfigError("", "kind", f"{bad[0]!r} is not a kind of measurement; allowed: {', '.join(KINDS)}")
     root = Path(data) if data else DATA_DIR / "measurements"
-    if not root.is_dir():
+    try:
+        found = root.is_dir()
+    except OSError as err:                # a name the OS refuses (too long)
+        raise ConfigError(str(root), "", f"cannot be read: {err.strerror or err}") from None
+    if not found:
         raise ConfigError(str(root), "", "no such folder of measurements")
     folders = {k: root / k for k in KINDS}
     if data and not any(f.is_dir() for f in folders.values()) and any(root.glob("*.csv")):

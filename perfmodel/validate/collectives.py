@@ -107,9 +107,12 @@ def load_datasets(folder: str | Path | None = None) -> list[Dataset]:
                               "calibration, half judge it)")
         for name, where in systems.items():
             try:
-                load_system(name)
+                chips = load_system(name).num_chips
             except ConfigError as err:
                 raise ConfigError(where, "system", err.message) from None
+            if chips < 2:                 # a collective moves nothing on one chip: no time to compare
+                raise ConfigError(where, "system", f"{name} has {chips} chip; a collective's measurement needs a "
+                                  "system of at least 2")
         out.append(ds)
     if not out:
         raise ConfigError(str(folder), "", "holds no *.csv datasets")

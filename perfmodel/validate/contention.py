@@ -17,6 +17,7 @@ Error: predicted / measured - 1; target within +-25 % (TARGET).
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -33,16 +34,45 @@ TARGET = 0.25
 _RING = jnp.asarray(np.eye(4, dtype=np.float32)[coll.RING])
 
 
-def load_rows(folder: str | Path | None = None) -> list[dict]:
+# the columns the cases read; a time is a positive number of microseconds (an iteration's, in the note)
+COLUMNS = ("compute_kernel", "compute_alone_us", "compute_overlapped_us", "source", "note")
+MAX_US = 1e9
+
+
+def load_rows(folder: str | Path | None = None) -> list[tuple[str, dict]]:
+    """(where, row) of interference.csv in `folder` (default data/measurements/contention)."""
     folder = Path(folder) if folder else CONTENTION
-    return [raw for _, raw in read_rows(folder / "interference.csv", (), "contention measurement")]
+    return read_rows(folder / "interference.csv", COLUMNS, "contention measurement")
 
 
-def _find(rows, source: str, kernel: str) -> dict:
-    for r in rows:
+def _find(rows, source: str, kernel: str, folder) -> tuple[str, dict]:
+    for where, r in rows:
         if source in r["source"] and kernel in r["compute_kernel"]:
-            return r
-    raise ConfigError(str(CONTENTION / "interference.csv"), "compute_kernel", f"no row of {source} with {kernel!r}")
+            return where, r
+    raise ConfigError(str(Path(folder or CONTENTION) / "interference.csv"), "compute_kernel",
+                      f"no row of {source} with {kernel!r}")
+
+
+def _us(text, where: str, field: str) -> float:
+    """A time in microseconds from a cell: a positive finite number (a negative or NaN one printed
+    '-2451us' or 'nan%' as an error)."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and 0 < v <= MAX_US):
+        raise ConfigError(where, field, f"must be a time from 0 (excluded) to {MAX_US:g} us, got {text!r}")
+    return v
+
+
+def _iteration_us(r: dict, where: str) -> float:
+    """The whole iteration's time, which the pytorch rows give in their note: 'total iteration time X ms'."""
+    try:
+        ms = r["note"].split("total iteration time ")[1].split(" ms")[0]
+    except IndexError:
+        raise ConfigError(where, "note", "must say 'total iteration time <X> ms' (the iteration's time), got "
+                          f"{r['note']!r}") from None
+    return _us(ms, where, "note") * 1e3
 
 
 def _matmul_model(n: int, dtype_bytes: float):
@@ -74,14 +104,23 @@ def cases(folder=None) -> list[dict]:
     """Every case's measured and predicted times (module docstring)."""
     from ..hardware import load_system
     rows = load_rows(folder)
+    # every measured time checked before anything is computed
+    gpt = {}
+    for kernel in ("GEMM", "attention", "elementwise"):
+        where, r = _find(rows, "NVIDIA/nccl/issues/1428", kernel, folder)
+        gpt[kernel] = r, _us(r["compute_alone_us"], where, "compute_alone_us"), _us(r["compute_overlapped_us"], where,
+                                                                                    "compute_overlapped_us")
+    iteration = {}
+    for kernel in ("sequential", "SM-driven", "copy-engine"):
+        where, r = _find(rows, "pytorch/pull/172714", kernel, folder)
+        iteration[kernel] = r, _iteration_us(r, where)
     out = []
 
     a100 = load_system("a100-8")
     t_big, traffic = _all_gather(a100, 2.0**30)              # bandwidth-bound: the rate that matters
     beta = 1.0 + float(contention.hbm_excess(a100.chip, _rate(a100, t_big, traffic, engines=False)))
     for kernel in ("GEMM", "attention", "elementwise"):
-        r = _find(rows, "NVIDIA/nccl/issues/1428", kernel)
-        alone, meas = float(r["compute_alone_us"]), float(r["compute_overlapped_us"])
+        r, alone, meas = gpt[kernel]
         out.append({"case": f"a100-gpt {kernel}", "system": "a100-8", "measured_us": meas, "predicted_us": alone * beta,
                     "alone_us": alone, "what": "kernel overlapped (taken HBM-bound, all-gather outlasting it)",
                     "source": r["source"]})
@@ -91,8 +130,7 @@ def cases(folder=None) -> list[dict]:
     gemm = float(roofline(fwd).sum())
     c, traffic = _all_gather(h100, 8 * 64 * 2.0**20)
     for kernel, mode in (("sequential", None), ("SM-driven", "cores"), ("copy-engine", "dma")):
-        r = _find(rows, "pytorch/pull/172714", kernel)
-        meas = float(r["note"].split("total iteration time ")[1].split(" ms")[0]) * 1e3
+        r, meas = iteration[kernel]
         if mode is None:
             pred = (gemm + c) * 1e6
         else:

@@ -4,28 +4,25 @@ short of a column (the three kinds of validation share it)."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
-from ..config import DATA_DIR, ConfigError
+from ..config import DATA_DIR, ConfigError, csv_error, read_text
 
 
 def read_rows(path: Path, columns: tuple[str, ...], what: str) -> list[tuple[str, dict]]:
     """(where, row) of every data row of the CSV at `path`, `where` its "file:line"; `what` names
-    the file in errors ("dataset", "step dataset", ...)."""
+    the file in errors ("dataset", "step dataset", ...). The file is read as config files are
+    (config.read_text: a regular file, of bounded size, UTF-8)."""
+    text = read_text(path, f"{what} (a UTF-8 CSV)")
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in columns if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigError(str(path), missing[0], f"column is missing; a {what} has columns {', '.join(columns)}")
-            return [(f"{path}:{i}", raw) for i, raw in enumerate(reader, start=2)]
-    except FileNotFoundError:
-        raise ConfigError(str(path), "", f"no such file of {what}s") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(str(path), "", f"is not UTF-8 text (byte {err.start}: {err.reason}); a {what} is a "
-                          "UTF-8 CSV") from None
-    except (OSError, csv.Error) as err:
-        raise ConfigError(str(path), "", f"cannot be read: {getattr(err, 'strerror', None) or err}") from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(str(path), missing[0], f"column is missing; a {what} has columns {', '.join(columns)}")
+        return [(f"{path}:{i}", raw) for i, raw in enumerate(reader, start=2)]
+    except csv.Error as err:        # a cell over csv's field size limit, a NUL byte
+        raise csv_error(path, err) from None
 
 
 def shown(path: Path) -> str:
