@@ -81,7 +81,10 @@ def _matmul_model(n: int, dtype_bytes: float):
     f = lambda x: jnp.asarray(x, jnp.float32)
     dense = Dense(m=f([1.0]), n=f([n]), k=f([n]), weighted=f([1.0]), bias=f([0.0]), elementwise=f([0.0]),
                   bottom=(False,), layer=("matmul",))
-    tables = EmbeddingTables(*(f([1.0]) for _ in range(10)), names=("t",))
+    # one placeholder table (the case is a GEMM): every per-table field 1, uniform access, no top-share curve
+    one = {fl.name: f([1.0]) for fl in dataclasses.fields(EmbeddingTables) if not fl.metadata.get("static")}
+    tables = EmbeddingTables(**dict(one, access_zipf=f([0.0]), access_top_frac=f([[1.0]]), access_top_share=f([[1.0]]),
+                                    access_top_known=f([0.0])), names=("t",))
     return RankingModel(tables=tables, dense=dense, global_batch=f(n), param_bytes=f(dtype_bytes),
                         activation_bytes=f(dtype_bytes), dense_opt_values=f(0.0), dense_dtype="bf16", name="matmul")
 
