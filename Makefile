@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/perfmodel search --system mtia300-64 --model dlrm-dcnv2-mlperf --compare greedy,evolutionary
-	$(BIN)/perfmodel search --system h100-64 --model dlrm-dcnv2-mlperf --method greedy
+	$(BIN)/perfmodel search --system h100-64 --model dlrm-dcnv2-mlperf --compare greedy,hugectr
+	@echo "Next: . $(VENV)/bin/activate   (then the README's perfmodel commands run as written)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
