@@ -52,12 +52,12 @@ def synthetic_embeddings(
       ints, with z_r ~ N(0, 1) and the scale s found by bisection so that
       sum(rows * dim) = total_params (within 0.5 %, re-clipping at each step).
       Lognormal with sigma 2 puts roughly three quarters of the rows in the
-      top 10 % of tables: the heavy tail REFERENCE.md describes.
+      top 10 % of tables: the heavy tail of Meta's dlrm_datasets traces.
       assumed: lognormal shape and sigma; the public traces give no fit.
     - pooling = clip(c * exp(pooling_sigma * z_p), 1, max_pooling), with c
       found the same way so that the mean over tables is `mean_pooling`
       (default 887 M indices / 65,536 samples / 856 tables = 15.8, source:
-      dlrm_datasets via REFERENCE.md). (z_r, z_p) is a Gaussian copula with
+      github.com/facebookresearch/dlrm_datasets). (z_r, z_p) is a Gaussian copula with
       correlation ROWS_POOLING_RHO = 0.3, so larger tables tend to pool more
       (Spearman rank correlation about 0.29). assumed: the correlation.
     - access_skew ~ Uniform(skew_range), independent: the exponent a in

@@ -245,7 +245,7 @@ def test_nvls_beats_the_ring_for_large_all_reduce_on_h200_and_is_absent_on_a100(
     # NCCL's choice and a core-driven direct all-reduce use it
     assert float(coll.nccl_all_reduce(h200, big, 0, 0)) == pytest.approx(nvls, rel=1e-6)
     assert float(coll.all_reduce(h200, big, 0, 0, ONE["direct"])) == pytest.approx(nvls, rel=1e-6)
-    # REFERENCE.md: NCCL picks NVLS on 8 x H200 from 2 MiB up; the model from 4 MiB (its 16-KiB chunks'
+    # stas00/ml-engineering (network/README.md, NCCL 2.27.7): NCCL picks NVLS on 8 x H200 from 2 MiB up; the model from 4 MiB (its 16-KiB chunks'
     # fill costs NVLS the 2-MiB point)
     for size, picks in ((2**20, False), (2 * 2**20, False), (4 * 2**20, True), (64 * 2**20, True)):
         best = float(coll.nccl_all_reduce(h200, size, 0, 0))

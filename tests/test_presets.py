@@ -1,5 +1,7 @@
 """The bundled presets under data/: every number cites a source, every preset loads, and the published
-numbers are what shared/REFERENCE.md says (constants copied by hand below, in SI)."""
+numbers are what their public sources say (constants copied by hand below, in SI: the MTIA 300 ISCA
+2026 paper and Meta's blog, NVIDIA's H100 and Intel's Gaudi 3 specifications, the MLPerf DLRM-DCNv2
+reference in github.com/mlcommons/training, recommendation_v2/torchrec_dlrm)."""
 
 import dataclasses
 import re
@@ -193,7 +195,7 @@ def test_gaudi3_published_values():
 # ----------------------------------------------------------------------------------- (d) the MLPerf model
 
 MLPERF_ROWS = 204_184_588
-# Dense parameters (weights + biases), from REFERENCE.md's layer sizes:
+# Dense parameters (weights + biases), from the MLPerf reference's layer sizes:
 #   bottom MLP 13-512-256-128:   13*512+512 + 512*256+256 + 256*128+128             =    171,392
 #   DCNv2, 3 layers of W = 3456, rank 512, each U (W x r), V (r x W) and a bias of W:
 #                                3 x (2 x 3456 x 512 + 3456)                        = 10,627,200
@@ -236,7 +238,7 @@ def test_mlperf_embedding_bytes():
     assert total == pytest.approx(MLPERF_ROWS * 516, rel=1e-6)      # 105,359,247,408 B
     assert MLPERF_ROWS * 516 == 105_359_247_408
     weights = float(np.sum(np.asarray(tb.rows, np.float64) * np.asarray(tb.dim) * np.asarray(tb.bytes_per_element)))
-    assert weights == pytest.approx(104.5e9, rel=1e-3)               # REFERENCE.md: ~104.5 GB of fp32 weights
+    assert weights == pytest.approx(104.5e9, rel=1e-3)               # 204,184,588 rows x 128 x 4 B: ~104.5 GB of fp32 weights
 
 
 # ------------------------------------------------------------------------------- (e) system structure

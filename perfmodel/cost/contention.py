@@ -1,5 +1,5 @@
 """Compute slowed by a collective that overlaps it: shared compute units and shared HBM bandwidth
-(data/measurements/contention: published measurements; shared/measurements/interference.md).
+(data/measurements/contention: published measurements, each row with its source).
 
 While a collective runs for c seconds next to a compute phase of T seconds (alone), the phase runs
 at 1 / r of its speed, r = T' / T:

@@ -1,5 +1,5 @@
 """NCCL's own performance model of its collectives, as constants and small rules (NCCL 2.30,
-src/graph/tuning.cc and src/enqueue.cc; shared/NCCL-FACTS.md gives the lines). The core-driven
+src/graph/tuning.cc and src/enqueue.cc, github.com/NVIDIA/nccl at 2.30.7). The core-driven
 collectives of every chip without offload engines run with these protocols, caps and channel rules;
 what a chip or its library adds on top (the channel count, LL's bus-bandwidth cap, NVLS's share of
 the link, the per-call cost) is in the chip preset's [core_collectives].
@@ -59,7 +59,7 @@ TREE_PROTOCOL_SHARE = (1.0 / 3.8, 7.0 / 9.0, 0.92)
 TREE_LL128_SHARE_MULTINODE = 120.0 / 128.0
 # source: tuning.cc treeCorrectionFactor[Simple], the share of its bandwidth NCCL gives a tree
 # all-reduce of 64 x 2^i bytes (i = 0..22: 64 B - 256 MiB, a table of 23); larger ones get it whole.
-# shared/NCCL-FACTS.md lists the row with a third trailing 0.9, one more than the 23 bins it names
+# (a transcription of the row with a third trailing 0.9 has one entry more than the 23 bins it names)
 TREE_CORRECTION_SIMPLE = (0.9,) * 7 + (0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9)
 
 
