@@ -92,6 +92,8 @@ class Nic:
     pcie_latency_s: jax.Array
     serves_scale_up: bool = static(default=False)
     bandwidth_eff: jax.Array = 1.0        # achievable fraction of the NIC's line rate (protocol headers)
+    chunk_s: jax.Array = 0.0              # the network stack's fixed cost per chunk (proxy / plugin)
+    chunk_bytes: jax.Array = 524288.0     # most bytes per chunk of a network step
 
 
 @_pytree
@@ -321,6 +323,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     nic_eff = num("bandwidth_efficiency")
     nic_lat = num("latency_us")
     per_msg = num("per_message_overhead_us")
+    chunk_s, chunk_bytes = num("chunk_overhead_us"), num("chunk_KiB")
     pcie = attach == "pcie"
     # An integrated NIC moved behind PCIe (a what-if) defaults to the chip's host PCIe link.
     pcie_bw = num("pcie_bandwidth_GBps", required=pcie, default=None if pcie else 0.0)
@@ -389,7 +392,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
         pcie=_f(1.0 if pcie else 0.0), active_ports=_f(active), port_Bps=_f(port_bw),
         scale_up_fraction=_f(frac), latency_s=_f(nic_lat), per_message_s=_f(per_msg),
         pcie_Bps=_f(pcie_bw if pcie else host_bw), pcie_latency_s=_f(pcie_lat), serves_scale_up=shared,
-        bandwidth_eff=_f(nic_eff),
+        bandwidth_eff=_f(nic_eff), chunk_s=_f(chunk_s), chunk_bytes=_f(chunk_bytes),
     )
     off = Offload(
         engines=_f(engines), clock_Hz=_f(clock), reduce_bytes_per_cycle=_f(bpc),

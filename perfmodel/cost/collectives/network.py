@@ -125,9 +125,12 @@ def make_net(system: System, offload) -> Net:
         link.append(lv.link)
         kind.append(_kind(system, lv))
         reduces.append(bool(lv.switch_reduction))
-        bw.append(links[lv.link] / lv.oversubscription)
+        b, a = links[lv.link] / lv.oversubscription, level_latency_s(system, lv)
+        if kind[-1] == "net":
+            b, a = chunked(b, a, system.nic, system.chip.core_channels)
+        bw.append(b)
         over.append(lv.oversubscription)
-        alpha.append(level_latency_s(system, lv))
+        alpha.append(a)
     off, chip, nic = system.offload, system.chip, system.nic
     o = offload * (off.engines > 0)          # no engines: collectives run on the cores
     msgs = o * off.engines * off.msgs_per_engine + (1.0 - o) * chip.core_msgs_in_flight
@@ -143,6 +146,24 @@ def make_net(system: System, offload) -> Net:
               innet_latency_s=nccl.INNET_LATENCY_S + 2.0 * nic.latency_s, terms=None, proto_step=steps,
               crowding=partial_crowding(system) if system.partial else None)
     return dataclasses.replace(net, terms=_terms(net))
+
+
+def chunked(bw, alpha, nic, channels):
+    """A network level's per-chip bandwidth and per-step latency with the network stack's cost per
+    chunk (nic.chunk_s: NCCL's net proxy over IB / RoCE, aws-ofi-nccl over EFA, the TCPXO plugin).
+
+    A channel sends a step's b bytes in n = max(1, b / chunk) chunks, and its proxy posts and
+    completes each one for c seconds that the wire does not hide (NVIDIA/nccl issue 2409: on a
+    400 Gb/s RoCE link 128 KiB chunks reach 13 GB/s, 1 MiB chunks 87.6 GB/s: the per-chunk cost,
+    not the link, sets the rate). Smoothly, a step of b bytes on one channel of rate B_ch takes
+
+        t(b) = c (1 + b / chunk) + b / B_ch
+
+    (the first chunk's cost, then one per chunk's worth of bytes): the step's latency grows by c
+    and each channel's bytes pay c / chunk per byte, so with `channels` channels sharing the NIC
+    the chip's inverse bandwidth grows by c / (chunk x channels). A step of n full chunks on one
+    channel therefore takes c (1 + n) + n chunk / B_ch. A level no NIC carries is unchanged."""
+    return 1.0 / (1.0 / bw + nic.chunk_s / (nic.chunk_bytes * channels)), alpha + nic.chunk_s
 
 
 def partial_crowding(system: System) -> tuple[tuple[float, ...], tuple[float, ...]]:
