@@ -29,7 +29,8 @@ from .arrays import xp_of
 # Gauss-Legendre nodes over log rank for the distinct-ids integral (distinct_drawn): the integrand
 # is smooth on the scale of one e-fold of rank, and 24 nodes over ln N <= 28 (1e12 rows) keep the
 # sum within 0.5 % of the direct sum (tests/test_access.py)
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
+LN2 = float(np.log(2.0))     # a Python float: a numpy float64 would promote float32 arrays
+_GL_X, _GL_W = (x.astype(np.float32) for x in np.polynomial.legendre.leggauss(24))   # float32, as every plan leaf
 
 
 def _expm1_over(u):
@@ -49,14 +50,14 @@ def harmonic(k, s):
     k = 1, 2 and at s = 0; within 0.3 % of the direct sum for s <= 3 (tests/test_access.py). One
     log and one exp per value: the plan-dependent masses call it on every plan."""
     xp = xp_of(k, s)
-    two_s = xp.exp(-s * np.log(2.0))                  # 2^-s (the model's, not the plan's)
+    two_s = xp.exp(-s * LN2)                  # 2^-s (the model's, not the plan's)
     k2 = xp.maximum(k, 2.0)
     lk2 = xp.log(k2)
     ks = xp.exp(-s * lk2)                             # k^-s
-    u = (1.0 - s) * (lk2 - np.log(2.0))
+    u = (1.0 - s) * (lk2 - LN2)
     small = xp.abs(u) < 1e-3
     em1 = xp.where(small, 1.0 + u / 2.0 + u * u / 6.0, (ks * k2 / (2.0 * two_s) - 1.0) / xp.where(small, 1.0, u))
-    tail = 2.0 * two_s * (lk2 - np.log(2.0)) * em1 + 0.5 * (two_s + ks) + s * (0.5 * two_s - ks / k2) / 12.0
+    tail = 2.0 * two_s * (lk2 - LN2) * em1 + 0.5 * (two_s + ks) + s * (0.5 * two_s - ks / k2) / 12.0
     return 1.0 + xp.where(k >= 2.0, tail, (k - 1.0) * two_s)
 
 

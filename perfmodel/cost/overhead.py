@@ -109,7 +109,8 @@ def kernel_count(model: RankingModel, pa: PlanArrays):
     """Kernels per step (per device) that no other cost term prices (module docstring)."""
     d = model.dense
     xp = xp_of(pa.shard_type, model.tables.rows)
-    g_elem = xp.sum(xp.asarray(d.elementwise) > 0.0)          # GEMMs followed by elementwise kernels
+    # GEMMs followed by elementwise kernels, counted in float32 (an integer count promotes a numpy batch to float64)
+    g_elem = xp.sum((xp.asarray(d.elementwise) > 0.0).astype(np.float32))
     dense = g_elem * (DENSE_FWD + DENSE_BWD)
     r_max = xp.max(xp.asarray(model.tables.rows, np.float32))
     passes = xp.log2(xp.maximum(r_max, 2.0)) / RADIX_BITS
