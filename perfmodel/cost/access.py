@@ -30,7 +30,7 @@ from .arrays import xp_of
 # is smooth on the scale of one e-fold of rank, and 24 nodes over ln N <= 28 (1e12 rows) keep the
 # sum within 0.5 % of the direct sum (tests/test_access.py)
 LN2 = float(np.log(2.0))     # a Python float: a numpy float64 would promote float32 arrays
-_GL_X, _GL_W = (x.astype(np.float32) for x in np.polynomial.legendre.leggauss(24))   # float32, as every plan leaf
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)     # float64; cast to the inputs' dtype where used
 
 
 def _expm1_over(u):
@@ -102,7 +102,8 @@ def expanded_rows(tb):
     """N': rows ever accessed after the multi-hot expansion (module docstring), [T]."""
     xp = xp_of(tb.rows)
     e, n, k = tb.rows, tb.access_distinct_rows, tb.access_multi_hot
-    return e - (e - n) * xp.exp(-(k - 1.0) * n / e)
+    # n + (e - n)(1 - exp(-x)): as e - (e - n) exp(-x) it cancels to 0 in float32 where e >> n
+    return n - (e - n) * xp.expm1(-(k - 1.0) * n / e)
 
 
 def distinct_drawn(n, s, n_rows):
@@ -117,9 +118,10 @@ def distinct_drawn(n, s, n_rows):
     n_rows = xp.maximum(n_rows, 1.0)
     a = n / harmonic(n_rows, s)                       # n p_1
     ln_n = xp.log(n_rows)
-    t = ln_n[..., None] * (0.5 * (_GL_X + 1.0))       # ln x at the nodes, [..., Q]
+    nodes, weights = (xp.asarray(v, ln_n.dtype) for v in (_GL_X, _GL_W))   # float32 stays float32
+    t = ln_n[..., None] * (0.5 * (nodes + 1.0))       # ln x at the nodes, [..., Q]
     g = lambda lx: -xp.expm1(-a[..., None] * xp.exp(-s[..., None] * lx))
-    integral = 0.5 * ln_n * xp.sum(_GL_W * g(t) * xp.exp(t), axis=-1)
+    integral = 0.5 * ln_n * xp.sum(weights * g(t) * xp.exp(t), axis=-1)
     ends = -xp.expm1(-a) - xp.expm1(-a * xp.exp(-s * ln_n))
     return integral + 0.5 * ends
 
@@ -134,7 +136,7 @@ def distinct_per_batch(tb, global_batch):
     n = global_batch * tb.pooling / tb.access_multi_hot
     d = distinct_drawn(n, tb.access_zipf, tb.access_distinct_rows)
     e, k = tb.rows, tb.access_multi_hot
-    return e - (e - d) * xp.exp(-(k - 1.0) * d / e)
+    return d - (e - d) * xp.expm1(-(k - 1.0) * d / e)        # expanded_rows' form, for the same reason
 
 
 def hbm_cache_hit(tb, cache_ratio):
@@ -154,7 +156,8 @@ def llc_share(chip, tb, row_bytes, mass_hbm):
     depends on the model and the row width only, not on c). Under uniform access over all rows it is
     min(1, C / (c rows row_bytes)), compute.llc_hit's rule for the table's rows in HBM."""
     xp = xp_of(row_bytes, mass_hbm)
-    return xp.minimum(top_mass(tb, chip.llc_bytes / row_bytes / expanded_rows(tb)) / xp.maximum(mass_hbm, 1e-30), 1.0)
+    rows = xp.maximum(expanded_rows(tb), 1.0)
+    return xp.minimum(top_mass(tb, chip.llc_bytes / row_bytes / rows) / xp.maximum(mass_hbm, 1e-30), 1.0)
 
 
 def llc_time_factor(chip, h):
