@@ -150,14 +150,25 @@ def hbm_cache_hit(tb, cache_ratio):
 
 def llc_share(chip, tb, row_bytes, mass_hbm):
     """Share of the lookups served from device memory that the last-level cache serves: it holds the
-    hottest C / row_bytes rows of those in HBM (the top fraction cache_ratio c), so
+    hottest C_t / row_bytes rows of those in HBM (C_t: the table's part of the cache, llc_bytes_of) (the top fraction cache_ratio c), so
         h = top_mass(min(C / row_bytes / N', c)) / top_mass(c) = min(1, top_mass(C / row_bytes / N') / top_mass(c))
     (the mass is increasing; mass_hbm = top_mass(c), computed once by the caller; the numerator
     depends on the model and the row width only, not on c). Under uniform access over all rows it is
     min(1, C / (c rows row_bytes)), compute.llc_hit's rule for the table's rows in HBM."""
     xp = xp_of(row_bytes, mass_hbm)
     rows = xp.maximum(expanded_rows(tb), 1.0)
-    return xp.minimum(top_mass(tb, chip.llc_bytes / row_bytes / rows) / xp.maximum(mass_hbm, 1e-30), 1.0)
+    return xp.minimum(top_mass(tb, llc_bytes_of(chip, tb) / row_bytes / rows) / xp.maximum(mass_hbm, 1e-30), 1.0)
+
+
+def llc_bytes_of(chip, tb):
+    """[T] the last-level cache a table's hot rows hold: the tables' lookups run as one fused kernel
+    (HugeCTR's embedding collection, FBGEMM's table-batched embedding), so they share the cache, each
+    in proportion to its lookup traffic (pooling x dim). Model-wide, so every per-device sum stays
+    linear in the placement: a device holding some of the tables gives them less of its cache than
+    it would (an assumption on the safe side)."""
+    xp = xp_of(tb.pooling, tb.dim)
+    traffic = tb.pooling * tb.dim
+    return chip.llc_bytes * traffic / xp.maximum(xp.sum(traffic, axis=-1, keepdims=True), 1e-30)
 
 
 def llc_time_factor(chip, h):

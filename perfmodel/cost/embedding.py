@@ -145,11 +145,11 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     hit       the lookups the device's memory serves: an HBM cache of the fraction cache_ratio of
               the rows, most frequent first, hits access.hbm_cache_hit = mass(cache_ratio) **
               access_skew (cache_ratio ** access_skew under uniform access, the legacy rule)
-    llc       of those, the share the last-level cache serves: it holds the hottest C / row bytes
-              rows (access.llc_share; under uniform access min(1, C / W), W = cache_ratio x rows x
-              bytes per row with its optimizer state, compute.llc_factor's rule). A table's lookups
-              run as their own kernel, so while they run the table is the working set; per table,
-              so every per-device sum stays linear in the placement
+    llc       of those, the share the last-level cache serves: it holds the hottest C_t / row bytes
+              rows (access.llc_share; under uniform access min(1, C_t / W), W = cache_ratio x rows x
+              bytes per row with its optimizer state). The tables' lookups run as one fused kernel,
+              so they share the cache: C_t is the table's traffic share of it (access.llc_bytes_of),
+              model-wide, so every per-device sum stays linear in the placement
     unique    the distinct rows a step touches, u (access.distinct_per_batch; under uniform access
               rows (1 - exp(-lookups / rows)))
 
