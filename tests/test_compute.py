@@ -12,6 +12,12 @@ from perfmodel.cost.access import uniform
 from perfmodel.cost.embedding import key_preparation, table_parts, table_seconds
 
 
+def llc_share(tb, t):
+    """Table t's part of the last-level cache, by hand: its lookup traffic (pooling x dim) over all the tables'."""
+    traffic = np.asarray(tb.pooling, np.float64) * np.asarray(tb.dim, np.float64)
+    return float(traffic[t] / traffic.sum())
+
+
 def test_mlperf_forward_flops_per_sample(mlperf):
     # multiply-accumulates per sample:
     #   bottom 13x512 + 512x256 + 256x128                    =    170,496
@@ -71,7 +77,9 @@ def test_table_lookup_and_update_bytes(mtia64, mlperf):
     gamma = 0.80 * row / (row + 128)
     hbm = 6.1e12 * 0.913
     state = row + 4                                  # weights + one fp32 Adagrad value per row
-    h = 192e6 / (rows * state)                       # the share of the 20.6 GB table the LLC holds
+    # the tables share the 192 MB LLC in proportion to their lookup traffic (pooling x dim)
+    llc = 192e6 * llc_share(mlperf.tables, t)
+    h = llc / (rows * state)                         # the share of the 20.6 GB table the LLC holds
     cached = h * hbm / 11.4e12 + (1 - h)
     assert float(fwd[t]) == pytest.approx(B * pool * row / (hbm * gamma) * cached, rel=1e-5)
     unique = rows * (1 - np.exp(-B * pool / rows))   # distinct rows touched, uniform access
@@ -97,7 +105,7 @@ def test_host_offloaded_lookups_go_over_the_host_link(mtia64, mlperf):
     B, pool, row = 65536, 100, 512
     gamma = 0.80 * row / (row + 128)
     hit = 0.25 ** 1.0                                # uniform access: hit rate = cache ratio
-    h = 192e6 / (0.25 * 40e6 * (row + 4))            # the LLC's share of the quarter in HBM
+    h = 192e6 * llc_share(mlperf.tables, 20) / (0.25 * 40e6 * (row + 4))   # the LLC's part of the quarter in HBM
     cached = h * 6.1e12 * 0.913 / 11.4e12 + (1 - h)
     expect = B * pool * row * (hit / (6.1e12 * 0.913 * gamma) * cached + (1 - hit) / 64e9)
     assert float(fwd[20]) == pytest.approx(expect, rel=1e-5)
@@ -151,8 +159,8 @@ def test_a_table_that_fits_the_llc_is_read_at_llc_bandwidth(mtia64, small):
     # table 0: 1,000 rows x 260 B (weights + Adagrad state) fit the 192 MB LLC: all at 11.4 TB/s
     pool0 = float(small.tables.pooling[0])
     assert float(fwd[0]) == pytest.approx(B * pool0 * row / (11.4e12 * gamma), rel=1e-5)
-    # table 7: 1 M rows = 260 MB; the LLC holds 192 / 260 of it
+    # table 7: 1 M rows = 260 MB; the LLC holds its traffic share of 192 MB of it
     pool7 = float(small.tables.pooling[7])
-    h = 192e6 / (1e6 * (row + 4))
+    h = 192e6 * llc_share(small.tables, 7) / (1e6 * (row + 4))
     expect = B * pool7 * row / gamma * (h / 11.4e12 + (1 - h) / (6.1e12 * 0.913))
     assert float(fwd[7]) == pytest.approx(expect, rel=1e-5)
