@@ -149,16 +149,18 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
               rows (access.llc_share; under uniform access min(1, C_t / W), W = cache_ratio x rows x
               bytes per row with its optimizer state). The tables' lookups run as one fused kernel,
               so they share the cache: C_t is the table's traffic share of it (access.llc_bytes_of),
-              model-wide, so every per-device sum stays linear in the placement
+              model-wide, so every per-device sum stays linear in the placement. The cache starts
+              each lookup kernel cold (the layers between two lookup kernels stream more bytes than
+              it holds), so at most the re-referenced share 1 - u / lookups hits
     unique    the distinct rows a step touches, u (access.distinct_per_batch; under uniform access
               rows (1 - exp(-lookups / rows)))
 
     fwd_mem   hit x lookups x row bytes read at gather efficiency gamma(row bytes), the llc share at
               the cache's bandwidth (access.llc_time_factor)
     fwd_host  the other 1 - hit of those bytes over the host link (at its bandwidth)
-    bwd_mem   the gradient scatter (same bytes as the lookups) plus the fused optimizer update of
-              the u distinct rows: read + write of the row and its optimizer state, at the same
-              cache share (bwd_host: the same for the host share)
+    bwd_mem   the gradient scatter (same bytes as the lookups, same cache share) plus the fused
+              optimizer update of the u distinct rows: read + write of the row and its optimizer
+              state, once each, so from HBM (bwd_host: the same for the host share)
     keys      the key preparation, sort + dedupe (key_preparation)
     """
     tb = model.tables
@@ -171,7 +173,11 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     unique = access.distinct_per_batch(tb, B)
     rb = width * tb.bytes_per_element
     srow = width * tb.opt_bytes_per_element + tb.opt_bytes_per_row
-    cached = access.llc_time_factor(chip, access.llc_share(chip, tb, rb + srow, mass))
+    # the cache starts each lookup kernel cold (the dense layers, the pooled outputs and the
+    # all-to-all buffers between two lookup kernels stream more bytes than it holds), so only a
+    # re-reference within the step can hit: at most 1 - u / lookups of the lookups
+    reuse = 1.0 - unique / xp.maximum(lookups, 1e-30)
+    cached = access.llc_time_factor(chip, xp.minimum(access.llc_share(chip, tb, rb + srow, mass), xp.maximum(reuse, 0.0)))
 
     def at(nbytes, row_bytes):
         return nbytes / (hbm * gather_efficiency(chip, row_bytes))
@@ -179,7 +185,7 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     fwd_mem = hit * at(lookups * rb, rb) * cached
     fwd_host = (1.0 - hit) * lookups * rb / chip.host_link_Bps      # the host link's own rate
     upd = 2.0 * unique * (rb + srow)
-    bwd_mem = fwd_mem + hit * at(upd, rb + srow) * cached
+    bwd_mem = fwd_mem + hit * at(upd, rb + srow)                       # each distinct row once: no re-reference
     bwd_host = fwd_host + (1.0 - hit) * upd / chip.host_link_Bps
     sort, dedupe = key_preparation(chip, tb, lookups, unique, at)
     return fwd_mem, fwd_host, bwd_mem, bwd_host, sort + dedupe
