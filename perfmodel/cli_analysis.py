@@ -117,6 +117,11 @@ SWEEP_COLUMNS = ["step_ms", "samples_per_s", "exposed_comm_ms", "interference_ma
                  "feasible"]
 
 
+def _sweep_metrics() -> tuple[str, ...]:
+    from .analysis.sweep import COLUMNS
+    return tuple(c for c in COLUMNS if c != "feasible")
+
+
 def _failures(table, knob_names) -> list[str]:
     """'knob=value, ...: why' for every point of a sweep table that could not be evaluated."""
     from .analysis.table import records
@@ -138,6 +143,8 @@ def _cmd_sweep(args) -> int:
         raise ConfigError("", "--x", f"{x!r} is not one of the varied knobs ({', '.join(vary)})")
     if args.plot and knobs.knob(x).choices:
         raise ConfigError("", "--x", f"{x!r} is a choice, not a number; name a numeric knob for the plot's x axis")
+    if args.plot and args.y not in _sweep_metrics():
+        raise ConfigError("", "--y", f"{args.y!r} is not a number the sweep computes; one of {', '.join(_sweep_metrics())}")
     make = planner_of(args)
     where = executors_of(args)
     system, model = _load(args)

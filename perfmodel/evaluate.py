@@ -44,7 +44,8 @@ from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
 from .hardware import System, _pytree, domain_chips, load_system, static
-from .plan import COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, load_plan, to_arrays, validate_plan
+from .plan import (COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, check_arrays, load_plan,
+                   to_arrays, validate_plan)
 from .workload import RankingModel, load_model
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
@@ -130,7 +131,10 @@ def evaluate(system: System | str, model: RankingModel | str, plan: Plan | PlanA
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)
     tau = check_temperature(temperature)
-    return (_evaluate_nested if traced((system, model, plan)) else _evaluate_jit)(system, model, plan, tau)
+    if traced((system, model, plan)):
+        return _evaluate_nested(system, model, plan, tau)
+    check_arrays(plan, system, model)
+    return _evaluate_jit(system, model, plan, tau)
 
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e3

@@ -310,6 +310,47 @@ def stack(plans: list[PlanArrays]) -> PlanArrays:
         lambda *xs: np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs) else jnp.stack(xs), *plans)
 
 
+# PlanArrays fields that hold probabilities or fractions (in [0, 1]), and those that count (>= 1)
+_UNIT_FIELDS = ("shard_type", "placement", "domain_placement", "cache_ratio", "dense_mode", "algorithm",
+                "a2a_precision", "grad_precision", "offload", "pipeline")
+_COUNT_FIELDS = ("cw_shards", "grad_buckets", "overlap_chunks")
+
+
+def check_arrays(pa: PlanArrays, system: System, model: RankingModel) -> None:
+    """Raise ConfigError naming the field where concrete PlanArrays cannot be priced: a NaN or
+    infinite entry, a probability or fraction outside [0, 1], a count below 1, or a shape that is not
+    this model's tables on this system's devices (the model would return a NaN step or a shape error
+    from inside jax). Traced plans (under jit, vmap or grad) are not checked."""
+    T, D, H = model.tables.count, system.num_chips, system.num_domains
+    last = {"shard_type": (T, 5), "placement": (T, D), "domain_placement": (T, H), "cw_shards": (T,),
+            "cache_ratio": (T,)}
+    for f in _UNIT_FIELDS + _COUNT_FIELDS + ("row_shards",):
+        x = getattr(pa, f)
+        if x is None:
+            continue
+        a = np.asarray(x, np.float64)
+        want = last.get(f)
+        if want is not None and a.shape[a.ndim - len(want):] != want:
+            raise ConfigError("", f"plan.{f}", f"has shape {a.shape}; this model and system need (..., "
+                              f"{', '.join(map(str, want))}) ({T} tables, {D} devices, {H} scale-up domains)")
+        if not np.all(np.isfinite(a)):
+            raise ConfigError("", f"plan.{f}", "holds NaN or infinite entries; every entry must be a finite number")
+        if f in _UNIT_FIELDS and (a.min(initial=0.0) < -1e-6 or a.max(initial=0.0) > 1.0 + 1e-6):
+            raise ConfigError("", f"plan.{f}", f"holds {a.min():g} to {a.max():g}; it is a probability or a "
+                              "fraction, from 0 to 1")
+        if f in _COUNT_FIELDS and a.min(initial=1.0) < 1.0 - 1e-6:
+            raise ConfigError("", f"plan.{f}", f"holds {a.min():g}; it counts shards, buckets or chunks, at least 1")
+
+
+def _check_key(key) -> None:
+    """A jax PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), or one error naming it."""
+    ok = isinstance(key, jax.Array) and (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                         or (key.dtype == jnp.uint32 and key.shape == (2,)))
+    if not ok:
+        raise ConfigError("", "key", f"must be a jax random key (jax.random.key(seed)), got {type(key).__name__} "
+                          f"{key!r:.60}")
+
+
 def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays:
     """`n` random one-hot plans (stacked PlanArrays), drawn in one vectorized call.
 
@@ -324,6 +365,7 @@ def random_plans(key, system: System, model: RankingModel, n: int) -> PlanArrays
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= most:
         raise ConfigError("", "n", f"must be an integer from 1 to {most:,} (plans of {T} tables on {D} devices: "
                           f"at most {MAX_PLAN_ENTRIES:,} placement entries), got {n!r}")
+    _check_key(key)
     ks = jax.random.split(key, 12)
     dims = np.asarray(model.tables.dim)
     can_cw = jnp.asarray(dims % 2 == 0)

@@ -163,6 +163,9 @@ def sweep_lines(table, x: str, y: str = "step_ms", by: list[str] | None = None, 
     if c[x].dtype == object:
         from .config import ConfigError
         raise ConfigError("", "plot", f"x = {x!r} is a choice, not a number; put a numeric knob on the x axis")
+    if c[y].dtype == object:
+        from .config import ConfigError
+        raise ConfigError("", "plot", f"y = {y!r} is not a number; put a metric column (step_ms, ...) on the y axis")
     ax = _ax(ax)
     if by is None:
         by = [k for k in c if k in K.KNOBS and k != x and len(set(map(str, c[k]))) > 1]

@@ -234,6 +234,15 @@ CASES = {
                              ["field '--ray': '..:80': '..' is not a host name"]),
     "ray-host-label-of-64-characters": (lambda f: SWEEP + ["--vary", "scale_out_bandwidth_GBps=50,100", "--ray",
                                                            "h" * 64 + ".example:80"], ["is not a host name"]),
+    "sweep-plot-of-the-plan-column": (lambda f: SWEEP + ["--vary", "scale_out_bandwidth_GBps=50,100", "--plan", "greedy",
+                                                         "--plot", str(f / "p.png"), "--y", "plan"],
+                                      ["field '--y': 'plan' is not a number the sweep computes; one of step_ms,"]),
+    "sensitivity-of-a-system-priced-at-0": (
+        lambda f: ["sensitivity", "--system", edit(f, "systems", "h100", "host_usd_per_hour", "host_usd_per_hour = 0",
+                                                   "free.toml"), "--chips", "8", *SMALL, "--plan", "greedy",
+                   "--metric", "usd_per_million_samples", "--chip",
+                   edit(f, "chips", "h100", "price.usd_per_hour", "usd_per_hour = 0", "free-chip.toml")],
+        ["field 'usd_per_hour, host_usd_per_hour': are both 0, so the cost is 0 and has no elasticity"]),
     "plan-nested-100000-deep": (lambda f: EVAL + ["--plan", _text(f, "deep.json", "[" * 100_000 + "]" * 100_000)],
                                 ["deep.json: nests tables or lists too deeply; at most 64 levels"]),
     "plan-nested-100-deep": (lambda f: EVAL + ["--plan", _text(f, "deep100.json", '{"tables": ' + "[" * 100 + "]" * 100
@@ -410,7 +419,34 @@ API_CASES = {
     "plan-save-name-of-300-characters": (lambda p: p[2].save("/tmp/" + "p" * 300 + ".json"), "",
                                          "cannot be written: File name too long"),
     "save-figure-unknown-format": (lambda p: plots.save_figure(_figure(), "x.xyz"), "", "is not a figure name"),
+    "random-plans-key-an-int": (lambda p: pm.random_plans(0, p[0], p[1], n=2), "key",
+                                "must be a jax random key (jax.random.key(seed)), got int 0"),
+    "evaluate-plan-arrays-holding-nan": (lambda p: pm.evaluate(p[0], p[1], _arrays(p, cache_ratio=np.nan)),
+                                         "plan.cache_ratio", "holds NaN or infinite entries"),
+    "evaluate-plan-arrays-a-probability-above-1": (lambda p: pm.evaluate(p[0], p[1], _arrays(p, shard_type=2.0)),
+                                                   "plan.shard_type", "holds 0 to 2; it is a probability or a fraction"),
+    "evaluate-plan-arrays-no-buckets": (lambda p: pm.evaluate(p[0], p[1], _arrays(p, grad_buckets=0.0)),
+                                        "plan.grad_buckets", "holds 0; it counts shards, buckets or chunks, at least 1"),
+    "evaluate-plan-arrays-of-another-system": (lambda p: pm.evaluate(MTIA16(), p[1], _arrays(p)), "plan.placement",
+                                               "has shape (8, 8); this model and system need (..., 8, 16)"),
+    "sensitivity-of-a-system-priced-at-0": (lambda p: pm.sensitivity(_priced(p[0], 0.0), p[1], plan="greedy",
+                                                                      metric="usd_per_million_samples"),
+                                            "usd_per_hour, host_usd_per_hour", "are both 0, so the cost is 0"),
 }
+
+
+def _arrays(problem, **scale):
+    """The data-parallel plan's PlanArrays with the named fields multiplied by a factor."""
+    import dataclasses
+    pa = pm.to_arrays(problem[2], problem[0], problem[1])
+    return dataclasses.replace(pa, **{k: np.asarray(getattr(pa, k)) * v for k, v in scale.items()})
+
+
+def _priced(system, usd_per_hour):
+    """`system` with its chips and hosts both at usd_per_hour."""
+    import dataclasses
+    return dataclasses.replace(system, host_usd_per_hour=np.float32(usd_per_hour),
+                               chip=dataclasses.replace(system.chip, usd_per_hour=np.float32(usd_per_hour)))
 
 
 def _figure():

@@ -179,6 +179,20 @@ def replanned_elasticities(system: System, model: RankingModel, knob_values: lis
     return [float(e) for e in (np.log(hi) - np.log(lo)) / (np.log1p(h) - np.log1p(-h))]
 
 
+def _check_metric_positive(system: System, metric: str) -> None:
+    """One error before any search where the metric is 0 by the presets (prices or power of 0, which
+    the schema allows): the log of 0 gives no elasticity, only NaN."""
+    if metric == "usd_per_million_samples":
+        price = float(system.chip.usd_per_hour) + float(system.host_usd_per_hour)
+        if not price > 0:
+            raise ConfigError(system.name, "usd_per_hour, host_usd_per_hour",
+                              "are both 0, so the cost is 0 and has no elasticity; set a price or choose "
+                              f"another metric ({', '.join(m for m in METRICS if m != metric)})")
+    if metric == "joules_per_sample" and not float(system.host_power_W) > 0:
+        raise ConfigError(system.name, "host_power_W", "is 0, so the energy is 0 and has no elasticity; set the "
+                          f"host's power or choose another metric ({', '.join(m for m in METRICS if m != metric)})")
+
+
 def sensitivity(system: System, model: RankingModel, plan="search", metric: str = "step_s", *,
                 iterations: int | None = None, seed: int = 0, replan: int = 0, h: float = 0.1, executor=None,
                 workers: int | None = None, ray_address: str | None = None):
@@ -204,6 +218,7 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
     if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h < 1:
         raise ConfigError("", "h", f"must be a relative step between 0 and 1 (e.g. 0.1), got {h!r}")
     system, model, _ = resolve(system, model)      # preset names and paths work too
+    _check_metric_positive(system, metric)
     make = planner(plan, iterations=iterations, seed=seed)
     fixed = plan if isinstance(plan, PlanArrays) else make(system, model)
     if isinstance(fixed, Plan):
@@ -211,6 +226,8 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
         fixed = to_arrays(fixed, system, model)
     value, grad = _grad(system, model, fixed, metric)
     m = float(value)
+    if not (np.isfinite(m) and m > 0):
+        raise ConfigError("", "metric", f"{metric} is {m:g} at this plan; an elasticity needs a positive, finite metric")
     xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
     gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
     info = leaf_info(system)

@@ -45,7 +45,7 @@ def _cell(x):
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating, float)):
-        return float(x)
+        return float(x) if np.isfinite(x) else None     # a failed point: JSON's null, an empty CSV cell
     return x.item() if hasattr(x, "item") else x
 
 
@@ -132,6 +132,8 @@ def format_table(table, cols: list[str] | None = None, max_rows: int = 40) -> st
 
     def fmt(v) -> str:
         v = _cell(v)
+        if v is None:                     # a failed point (the error column says why), a figure not computed
+            return "-"
         if isinstance(v, bool) or isinstance(v, str) or isinstance(v, int):
             return str(v)
         if v == 0 or 1e-3 <= abs(v) < 1e6:
