@@ -193,6 +193,9 @@ def test_a_local_ray_cluster_takes_the_pools_size(monkeypatch):
         def get(self, results):
             return list(results)
 
+        def wait(self, refs, num_returns=1):
+            return refs[:num_returns], refs[num_returns:]
+
     ray = Ray()
     monkeypatch.setitem(sys.modules, "ray", ray)
     jobs = [(abs, -2), (abs, -3)]

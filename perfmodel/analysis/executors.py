@@ -98,8 +98,25 @@ def _in_worker(folder, fn, job):
     return fn(*job)
 
 
-def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_address: str | None = None) -> list:
-    """[fn(*job) for job in jobs], on `executor` (see the module doc), in the order of `jobs`."""
+def _bar(progress: str | None, total: int, where: str):
+    """A progress bar on stderr counting finished jobs, after one line saying what runs where (a log
+    or a pipe gets that line and a bar redrawn at most every 10 s; a terminal every 0.5 s). None:
+    a no-op bar."""
+    import sys
+    from tqdm import tqdm
+    if progress is None:
+        return tqdm(total=total, disable=True)
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    print(f"{progress}: {total} job{'s' if total != 1 else ''} {where}", file=sys.stderr, flush=True)
+    return tqdm(total=total, file=sys.stderr, unit="job", dynamic_ncols=True,
+                mininterval=0.5 if tty else 10.0, leave=False)
+
+
+def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_address: str | None = None,
+        progress: str | None = None) -> list:
+    """[fn(*job) for job in jobs], on `executor` (see the module doc), in the order of `jobs`.
+    progress: a description of the jobs; given, stderr says up front how many run where and a bar
+    counts them as they finish (in any order; the results keep the jobs' order)."""
     check_executor(executor)
     check_workers(workers)
     if ray_address is not None:
@@ -110,7 +127,12 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
     if executor in (None, "process") and workers is None:
         workers = default_workers()
     if executor == "serial" or (executor in (None, "process") and (len(jobs) <= 1 or workers == 1)):
-        return [fn(*job) for job in jobs]
+        with _bar(progress, len(jobs), "in this process") as bar:
+            out = []
+            for job in jobs:
+                out.append(fn(*job))
+                bar.update()
+            return out
     folder = _cache_folder()
     if not isinstance(executor, cf.ThreadPoolExecutor):
         try:
@@ -119,15 +141,16 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
             raise ConfigError("", "executor", f"the jobs cannot be sent to other processes ({err}); give a "
                               "module-level function as the plan, or executor='serial'") from None
     if isinstance(executor, cf.Executor):
-        return [f.result() for f in [executor.submit(_in_worker, folder, fn, job) for job in jobs]]
+        with _bar(progress, len(jobs), f"on {type(executor).__name__}") as bar:
+            return _in_order([executor.submit(_in_worker, folder, fn, job) for job in jobs], bar)
     if executor == "ray":
-        return _run_ray(fn, jobs, folder, workers, ray_address)
+        return _run_ray(fn, jobs, folder, workers, ray_address, progress)
     n = min(workers, len(jobs))
     try:
         with cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                                    initargs=(folder,)) as pool:
+                                    initargs=(folder,)) as pool, _bar(progress, len(jobs), f"on {n} worker processes") as bar:
             try:
-                return list(pool.map(fn, *zip(*jobs)))
+                return _in_order([pool.submit(fn, *job) for job in jobs], bar)
             except KeyboardInterrupt:
                 _stop(pool)
                 raise
@@ -135,6 +158,14 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
         raise ConfigError("", "executor", f"a worker process stopped ({err}); a script that uses the process pool "
                           "must start its work under `if __name__ == '__main__':` (spawned workers import it), "
                           "or pass executor='serial'") from None
+
+
+def _in_order(futures: list, bar) -> list:
+    """The futures' results in their order, the bar advanced as each finishes (a failure raises at once)."""
+    for f in cf.as_completed(futures):
+        f.result()
+        bar.update()
+    return [f.result() for f in futures]
 
 
 def _stop(pool: cf.ProcessPoolExecutor) -> None:
@@ -148,7 +179,7 @@ def _stop(pool: cf.ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _run_ray(fn, jobs, folder, workers, address):
+def _run_ray(fn, jobs, folder, workers, address, progress=None):
     try:
         import ray
     except ImportError:
@@ -164,7 +195,14 @@ def _run_ray(fn, jobs, folder, workers, address):
         started = True
     try:
         task = ray.remote(_in_worker)
-        return ray.get([task.remote(folder, fn, job) for job in jobs])
+        refs = [task.remote(folder, fn, job) for job in jobs]
+        with _bar(progress, len(refs), "on the Ray cluster" + (f" at {address}" if address else "")) as bar:
+            waiting = list(refs)
+            while waiting:
+                done, waiting = ray.wait(waiting, num_returns=1)
+                ray.get(done)
+                bar.update(len(done))
+        return ray.get(refs)
     finally:
         if started:
             ray.shutdown()

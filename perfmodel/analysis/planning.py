@@ -151,7 +151,15 @@ def plans(make: Planner, problems, executor=None, workers: int | None = None, ra
     problems = list(problems)
     if not make.per_point:
         return [make(s, m) for s, m in problems]
-    return executors.run(_plan_job, [(make, s, m) for s, m in problems], executor, workers, ray_address)
+    return executors.run(_plan_job, [(make, s, m) for s, m in problems], executor, workers, ray_address,
+                         progress=progress_text(make))
+
+
+def progress_text(make: Planner) -> str | None:
+    """What a study's per-point planning says on stderr before it starts (None: too quick to say)."""
+    if make.kind != "search":
+        return None
+    return f"searching a plan per point ({make.iterations} rounds each, seed {make.seed})"
 
 
 def plan_for(system: System, model: RankingModel, plan="search", *, iterations: int | None = None,

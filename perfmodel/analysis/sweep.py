@@ -43,6 +43,7 @@ from ..hardware import System, link_bandwidths
 from ..plan import PlanArrays, stack, to_arrays, validate_plan
 from ..workload import RankingModel
 from . import knobs as K
+from .planning import progress_text
 from .table import make_table
 
 MAX_POINTS = 10_000_000
@@ -298,7 +299,7 @@ def _replanned(system, model, order: list[str], values: np.ndarray, make, execut
     keys = [tuple(float(row[j]) for j in hw) for row in values]
     distinct = list(dict.fromkeys(keys))
     results = executors.run(_plan_point, [(make, system, model, hw_names, list(k)) for k in distinct],
-                            executor, workers, ray_address)
+                            executor, workers, ray_address, progress=progress_text(make))
     found = dict(zip(distinct, results))
     ok = [r[0] for r in results if r[0] is not None]
     spare = ok[0] if ok else _dummy_plan(system, model)
