@@ -207,3 +207,25 @@ def test_a_local_ray_cluster_takes_the_pools_size(monkeypatch):
     monkeypatch.delenv("PERFMODEL_WORKERS")
     executors.run(operator.call, jobs, executor="ray", ray_address="local")
     assert ray.inits[-1]["num_cpus"] == executors.cores()
+
+
+@pytest.mark.parametrize("executor", ["serial", cf.ThreadPoolExecutor(2)])
+def test_jobs_with_a_description_say_how_many_run_where_and_count_them(executor, capsys):
+    """A study's per-point searches are minutes of work: stderr names them and their number up front,
+    and the results keep the jobs' order whichever finishes first."""
+    import operator
+
+    from perfmodel.analysis import executors
+    jobs = [(abs, -2), (abs, -3), (abs, -5)]
+    assert executors.run(operator.call, jobs, executor=executor, progress="searching plans") == [2, 3, 5]
+    err = capsys.readouterr().err
+    where = "in this process" if executor == "serial" else "on ThreadPoolExecutor"
+    assert err.startswith(f"searching plans: 3 jobs {where}\n"), err
+    assert executors.run(operator.call, jobs, executor=executor) == [2, 3, 5]
+    assert capsys.readouterr().err == ""                      # no description: silent, as a library call is
+
+
+def test_only_searches_are_announced():
+    from perfmodel.analysis.planning import planner, progress_text
+    assert progress_text(planner("search", iterations=7, seed=3)) == "searching a plan per point (7 rounds each, seed 3)"
+    assert progress_text(planner("greedy")) is None
