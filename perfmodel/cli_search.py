@@ -175,11 +175,16 @@ def search_status(r) -> str:
     """One line on how a gradient search ended (by itself, at its iterations, or cut by its budget:
     only then may the same seed give another plan) and where its rounds and seconds went."""
     how = {"done": "finished every phase", "iterations": "used its iterations",
-           "budget_s": "was cut by its budget (another run may give another plan)"}[r.stopped]
+           "budget_s": "was cut by its budget"}[r.stopped]
     phases = ", ".join(f"{ph['name']} {ph['rounds']} rounds {ph['seconds']:.1f} s" for ph in r.notes["phases"])
     n = r.notes
-    return (f"gradient search {how} in {r.iterations} rounds ({phases}; {n.get('relaxed_batches', 0)} relaxed "
+    line = (f"gradient search {how} in {r.iterations} rounds ({phases}; {n.get('relaxed_batches', 0)} relaxed "
             f"batches, {n.get('kicks', 0)} kicks).")
+    if r.stopped == "budget_s":
+        # a cut search depends on the machine's speed: say how to get the plan every machine gives
+        line += ("\nIt stopped before its rounds ended, so another machine or run may give another plan: "
+                 "--until-converged runs it to its end (the same plan on any machine), or give a larger --budget-s.")
+    return line
 
 
 def describe_plan(plan, model, max_rows: int = 12) -> str:

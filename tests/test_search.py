@@ -410,6 +410,20 @@ def test_cli_until_converged_has_no_budget_and_gives_the_samplers_the_first_meth
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("stopped", ["done", "iterations", "budget_s"])
+def test_a_search_cut_by_its_budget_says_how_to_finish_it(stopped):
+    """Only a cut search depends on the machine's speed; its line says so and names the way out."""
+    import types
+
+    from perfmodel.cli_search import search_status
+    r = types.SimpleNamespace(stopped=stopped, iterations=564, notes={"phases": [{"name": "kicks", "rounds": 564,
+                                                                                  "seconds": 60.0}]})
+    text = search_status(r)
+    cut = stopped == "budget_s"
+    assert text.startswith("gradient search was cut by its budget in 564 rounds" if cut else "gradient search ")
+    assert ("--until-converged runs it to its end" in text) == cut and ("--budget-s" in text) == cut
+
+
 def test_cli_co_design_says_where_each_row_ran(capsys):
     base = ["search", "--system", "mtia300-64", "--model", "dlrm-dcnv2-mlperf", "--method", "greedy",
             "--co-design", "nic_split", "--iterations", "10", "--no-progress"]
