@@ -104,6 +104,9 @@ def _cmd_evaluate(args) -> int:
             print(guard_line(guard.name, args.guard, value, float(guard.cap), met))
         for f, m in broken:
             print(f"constraint broken: {f} {m}")
+        if args.plan is None:       # every study searches its plan; evaluate alone takes greedy's by default
+            print(f"\nThis is greedy's plan (TorchRec-style), not a searched one: `perfmodel search {system_flags(args)} "
+                  f"--model {args.model} --out plan.json`, then --plan plan.json, prices the plan the studies use.")
     return 0
 
 

@@ -73,6 +73,9 @@ def test_evaluate_table(evaluated):
     code, out, err = run(EVAL)
     assert code == 0 and err == ""
     assert out.startswith("dlrm-small on h100-8 (8 x h100), plan: default (greedy) plan\n")
+    # the studies search their plans; evaluate's default is greedy's, and it says how to get theirs
+    assert "This is greedy's plan (TorchRec-style), not a searched one: `perfmodel search --system h100-8 --model " \
+           "dlrm-small --out plan.json`" in out
     assert "step time" in out and "throughput" in out and "M samples/s" in out
     for p in PHASES:
         assert re.search(rf"^{p}\s+(compute|comm)\s", out, re.M), p
