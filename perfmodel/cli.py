@@ -292,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfmodel",
         description="Differentiable performance model of distributed training for ranking models. "
-                    "Times in seconds, sizes in bytes, bandwidths in bytes/s unless a flag says otherwise.")
+                    "Tables print times in ms or us, sizes in GB and bandwidths in GB/s, the unit in each "
+                    "column's name or beside each number; --json gives SI units (s, bytes, bytes/s, samples/s).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("evaluate", help="step time, breakdown, memory and cost of one plan",

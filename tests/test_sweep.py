@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import importlib
+import json
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -281,6 +282,18 @@ def test_table_without_pandas(monkeypatch):
     assert isinstance(t, dict) and tbl.num_rows(t) == 3
     assert tbl.records(t)[1] == {"a": 1, "b": "y"}
     assert tbl.to_csv_text(t).splitlines() == ["a,b", "0,x", "1,y", "2,z"]
+
+
+def test_a_failed_point_is_null_in_json_empty_in_csv_and_a_dash_in_text():
+    """A failed point's figures are NaN inside the table; no output format may print NaN (a bare
+    NaN is not JSON), and float32 noise and exponents stay out of what a user reads."""
+    t = tbl.make_table({"x": np.asarray([1.0, 2.0]), "step_ms": np.asarray([np.float32(449.99999488), np.nan]),
+                        "samples_per_s": np.asarray([27_774_123.0, np.nan]), "error": np.asarray(["", "no fit"], object)})
+    rows = json.loads(tbl.to_json_text(t), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert rows[1] == {"x": 2.0, "step_ms": None, "samples_per_s": None, "error": "no fit"}
+    assert tbl.to_csv_text(t).splitlines()[1:] == ["1,450,2.777412e+07,", "2,,,no fit"]
+    text = tbl.format_table(t).splitlines()
+    assert text[1].split() == ["1", "450", "27,774,123"] and text[2].split() == ["2", "-", "-", "no", "fit"]
 
 
 def test_save_table_never_overwrites(tmp_path):

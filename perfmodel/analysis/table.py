@@ -62,7 +62,8 @@ def to_csv_text(table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for row in records(table):
-        w.writerow([repr(v) if isinstance(v, float) else v for v in row.values()])
+        # 7 significant digits: the model computes in float32, whose noise (449.99999488) is no figure
+        w.writerow([f"{v:.7g}" if isinstance(v, float) else v for v in row.values()])
     return buf.getvalue()
 
 
@@ -138,6 +139,8 @@ def format_table(table, cols: list[str] | None = None, max_rows: int = 40) -> st
             return str(v)
         if v == 0 or 1e-3 <= abs(v) < 1e6:
             return f"{v:.4g}"
+        if 1e6 <= abs(v) < 1e15:              # samples/s, batches: digits a reader counts, not an exponent
+            return f"{v:,.0f}"
         return f"{v:.4e}"
 
     cells = [[fmt(data[c][i]) if i >= 0 else "..." for c in cols] for i in idx]
