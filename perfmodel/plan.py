@@ -125,6 +125,13 @@ def load_plan(path: str | Path, system: System, model: RankingModel) -> Plan:
 
 
 def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "plan") -> Plan:
+    if isinstance(data, dict) and "plan" in data and "tables" not in data:     # a TorchRec plan's JSON
+        if not isinstance(data.get("perfmodel_plan"), dict):
+            raise ConfigError(src, "plan", "is a TorchRec sharding plan without perfmodel's own plan (the dense mode, "
+                              "collective algorithms, buckets and chunks a step needs beside the shards); perfmodel "
+                              "reads the TorchRec plans `perfmodel search --format torchrec` writes, which carry it "
+                              "as perfmodel_plan")
+        return plan_from_dict(data["perfmodel_plan"], system, model, f"{src}: perfmodel_plan")
     known = {o.key for o in PLAN.values() if not o.section}
     for k in data:
         if k not in known:

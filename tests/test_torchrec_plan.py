@@ -117,3 +117,19 @@ def test_cli_search_writes_the_torchrec_form(tmp_path, capsys, monkeypatch):
     broken.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=rf"broken\.json: field 'plan\.model\.sparse_arch\.ebc\.{name}\.shards': must be a list"):
         load_torchrec_plan(broken)
+
+
+def test_a_torchrec_plan_file_reads_back_as_the_plan_it_was(case, tmp_path):
+    """TorchRec's plan holds the shards only; the file carries perfmodel's whole plan beside them, so
+    evaluate --plan prices what the search predicted (dense mode, algorithms, buckets and chunks included)."""
+    system, model, plan = case
+    plan = pm.Plan(tables=plan.tables, dense="fully_sharded", grad_buckets=3, overlap_chunks=2, offload=False)
+    data = pm.torchrec_plan(plan, system, model)
+    (tmp_path / "tr.json").write_text(json.dumps(data))
+    back = pm.load_plan(tmp_path / "tr.json", system, model)
+    assert back.to_dict() == plan.to_dict()
+    del data["perfmodel_plan"]                                   # a TorchRec plan from elsewhere
+    (tmp_path / "bare.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"bare.json: field 'plan': is a TorchRec sharding plan without perfmodel's "
+                                          r"own plan"):
+        pm.load_plan(tmp_path / "bare.json", system, model)

@@ -27,7 +27,9 @@ out: a plan with a table_row_wise table on such a system is refused.
 
 The dict form is TorchRec's own serialization (`ShardingPlan._serialize()`: {"plan": {module path:
 {table: {sharding_type, compute_kernel, ranks, shards: [{shard_offsets, shard_sizes, placement}]}}}})
-with each cached table's cache_params added, and world_size, local_size and device_type beside it.
+with each cached table's cache_params added, and world_size, local_size and device_type beside it,
+and perfmodel's whole plan as `perfmodel_plan` (what TorchRec's plan has no place for: the dense
+mode, the collective algorithms and precisions, buckets and chunks), which `load_plan` reads back.
 """
 
 from __future__ import annotations
@@ -126,8 +128,11 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
         if kernel == "fused_uvm_caching":
             entry["cache_params"] = {"load_factor": float(t.cache_ratio)}
         tables[name] = entry
+    # TorchRec's plan holds the tables' shards only; the settings the predicted step also assumes (dense
+    # mode, collective algorithms, precisions, buckets, chunks) ride along, so `evaluate --plan` reads
+    # the file back as the plan it was
     out = {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
-           "source": f"perfmodel: model {model.name}, system {system.name}"}
+           "source": f"perfmodel: model {model.name}, system {system.name}", "perfmodel_plan": plan.to_dict()}
     if system.uneven_domains:
         out["local_sizes"] = list(system.domain_sizes)
     return out
