@@ -168,5 +168,5 @@ def test_notebook_runs(tmp_path):
     assert not outputs(nb, "error")
     assert len(outputs(nb, "image")) >= 5      # steps, contention, collectives, oracle, calibration
     md = "\n".join(outputs(nb, "markdown"))
-    for needle in ("Blind: geometric-mean error", "Contention:", "Largest disagreement", "Held-out whole steps", "Blind target"):
+    for needle in ("At the runs' own plans: blind", "Contention:", "Largest disagreement", "Held-out whole steps", "Blind target"):
         assert needle in md, needle
