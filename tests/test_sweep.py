@@ -303,3 +303,19 @@ def test_save_table_never_overwrites(tmp_path):
         tbl.save_table(t, tmp_path / "t.csv")
     with pytest.raises(pm.ConfigError, match="does not exist"):
         tbl.save_table(t, tmp_path / "missing" / "t.csv")
+
+
+def test_a_long_grid_says_its_size_and_counts_its_points(capsys):
+    """More than QUICK_CHUNKS vectorized calls: stderr names the points and calls up front (a 10^6-point
+    grid ran for minutes in silence); a grid of a few calls stays silent, and both give the same figures
+    (to float32's rounding: calls of other widths are other programs)."""
+    from perfmodel.analysis.sweep import QUICK_CHUNKS
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    plan = pm.default_plan(system, model)
+    vary = {"scale_out_bandwidth_GBps": list(np.linspace(25, 400, 2 * (QUICK_CHUNKS + 1)))}
+    long = sweep(system, model, vary, plan=plan, chunk=2)
+    err = capsys.readouterr().err
+    assert err.startswith(f"sweep: evaluating {2 * (QUICK_CHUNKS + 1)} points in {QUICK_CHUNKS + 1} vectorized calls of 2"), err
+    short = sweep(system, model, vary, plan=plan)
+    assert capsys.readouterr().err == ""
+    assert np.asarray(long["step_ms"]) == pytest.approx(np.asarray(short["step_ms"]), rel=1e-6)   # other programs: ulps

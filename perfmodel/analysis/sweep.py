@@ -204,16 +204,33 @@ def _chunked(system, model, plan, values: np.ndarray, names: tuple, batched_plan
     size = -(-size // ndev) * ndev                                 # whole shards per device
     put = (lambda x: x) if mesh is None else (
         lambda x: jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))))
-    run = _run_quick if -(-N // size) <= QUICK_CHUNKS else _run
+    chunks = -(-N // size)
+    run = _run_quick if chunks <= QUICK_CHUNKS else _run
     outs = []
-    for lo in range(0, N, size):
-        hi = min(lo + size, N)
-        idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), hi - 1)])   # pad: repeat the last
-        p = jax.tree_util.tree_map(lambda x: put(x[idx]), plan) if batched_plan else plan
-        v = put(jnp.asarray(values[idx], jnp.float32))
-        out = run(system, model, p, v, names, batched_plan)
-        outs.append({k: np.asarray(x)[: hi - lo] for k, x in out.items()})
+    with _bar(N, chunks, size) as bar:
+        for lo in range(0, N, size):
+            hi = min(lo + size, N)
+            idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), hi - 1)])   # pad: repeat the last
+            p = jax.tree_util.tree_map(lambda x: put(x[idx]), plan) if batched_plan else plan
+            v = put(jnp.asarray(values[idx], jnp.float32))
+            out = run(system, model, p, v, names, batched_plan)
+            outs.append({k: np.asarray(x)[: hi - lo] for k, x in out.items()})
+            bar.update(hi - lo)
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+
+
+def _bar(points: int, chunks: int, size: int):
+    """A grid of more than QUICK_CHUNKS chunks takes seconds to minutes (10^6 points: minutes): stderr
+    says its size up front, and a bar counts the points with the time left. Smaller grids stay silent."""
+    import sys
+    from tqdm import tqdm
+    if chunks <= QUICK_CHUNKS:
+        return tqdm(total=points, disable=True)
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    print(f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)",
+          file=sys.stderr, flush=True)
+    return tqdm(total=points, file=sys.stderr, unit="point", unit_scale=True, dynamic_ncols=True,
+                mininterval=0.5 if tty else 10.0, leave=False)
 
 
 def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
