@@ -100,6 +100,41 @@ def test_every_number_cites_a_source(path):
     assert checked >= 8          # every preset is mostly numbers: a parse that skips them all fails here
 
 
+SOURCES = DATA.parent / "docs" / "sources.md"
+
+
+def unresolved(text: str, known: set[str]) -> list[str]:
+    """The [tags] a value's comment cites that neither a comment line of the same file (its header,
+    where each tag is described with its public origin) nor a `### [tag]` heading of docs/sources.md
+    defines, and any citation of a path outside the repository ('../', 'shared/')."""
+    lines = text.splitlines()
+    defined = known | {t for line in lines if line.lstrip().startswith("#")
+                       for t in re.findall(r"\[([a-z][a-z0-9-]*)\]", line)}
+    bad = []
+    for n, line in enumerate(lines, 1):
+        if "../" in line or re.search(r"(^|[\s(`])shared/", line):
+            bad.append(f"line {n}: a path outside the repository: {line.strip()}")
+        if line.lstrip().startswith("#") or "#" not in line:
+            continue
+        for tag in re.findall(r"\[([a-z][a-z0-9-]*)\]", _split_comment(line)[1]):
+            if tag not in defined:
+                bad.append(f"line {n}: [{tag}] is described nowhere: {line.strip()}")
+    return bad
+
+
+def test_the_resolution_checker_can_fail():
+    text = "# [a] a datasheet\nx = 1  # source: [a] p. 3\ny = 2  # source: [b] p. 4\n# see ../shared/notes.md\n"
+    assert [b.split(":")[0] for b in unresolved(text, {"c"})] == ["line 3", "line 4"]
+    assert unresolved(text.replace("[b]", "[c]").replace("../shared/notes.md", "docs/sources.md"), {"c"}) == []
+
+
+@pytest.mark.parametrize("path", TOMLS, ids=[str(p.relative_to(DATA)) for p in TOMLS])
+def test_every_citation_resolves_inside_the_repository(path):
+    known = set(re.findall(r"^### \[([a-z0-9-]+)\]", SOURCES.read_text(), re.M))
+    bad = unresolved(path.read_text(), known)
+    assert not bad, f"{path.relative_to(DATA)}: citations a reader cannot follow:\n" + "\n".join(bad)
+
+
 def test_all_preset_kinds_are_checked():
     assert {p.parent.name for p in TOMLS} == {"chips", "systems", "models"}
     assert len(CHIPS) >= 6 and len(MODELS) >= 5 and len(SYSTEMS) >= 24
