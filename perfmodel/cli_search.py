@@ -64,7 +64,7 @@ def register(sub) -> None:
 
 def _cmd_search(args) -> int:
     from . import load_model
-    from .report import summary
+    from .report import format_per_rank, per_rank, summary
     from .search.api import search
     from .search.methods import METHODS, SAMPLERS, is_method
 
@@ -121,7 +121,8 @@ def _cmd_search(args) -> int:
             "budget_s": b, "iterations": r.iterations, "stopped": r.stopped, "converged": r.converged,
             "evaluations": r.evaluations,
             "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r, b in zip(results, budgets)],
-            "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown)}
+            "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown),
+            "ranks": per_rank(chosen.breakdown, chosen.plan, model)}
         print(json.dumps(out, indent=2, default=float))
         return 0
     budget = (f"no budget, {args.method} until it converged" + (
@@ -148,6 +149,8 @@ def _cmd_search(args) -> int:
               + (f"; {', '.join(r.method for r in results[1:])} searched without it" if len(results) > 1 else ""))
     print()
     print(describe_plan(chosen.plan, model))
+    print(f"\nper rank ({chosen.method}'s plan):")
+    print(format_per_rank(per_rank(chosen.breakdown, chosen.plan, model)))
     cd = chosen.notes.get("co_design")
     if cd:
         unit = cd["unit"]

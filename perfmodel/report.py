@@ -94,3 +94,38 @@ def format_breakdown(bd: Breakdown, title: str = "") -> str:
     for k, v in bd.memory_parts.items():
         lines.append(f"  {k:<26} {_b(np.max(v))}")
     return "\n".join(lines)
+
+
+def per_rank(bd: Breakdown, plan, model) -> list[dict]:
+    """Per rank what a sharding planner's report shows (TorchRec prints one after planning): the
+    table shards it holds (model-parallel; data-parallel replicas apart), HBM used and free, compute
+    and communication busy time, and whether it is the rank that binds the step: the busiest compute
+    stream, which every collective then waits for (the others idle for the difference). SI units."""
+    D = int(bd.num_chips)
+    shards, replicas = np.zeros(D, int), np.zeros(D, int)
+    for t in plan.tables.values():
+        ranks = [t.ranks[0]] if t.sharding_type == "table_wise" else list(t.ranks)
+        (replicas if t.sharding_type == "data_parallel" else shards)[ranks] += 1
+    per = lambda x: np.broadcast_to(np.asarray(x, np.float64), (D,))
+    comm = sum(per(bd.phase_s[p]) for p in COMM_PHASES)
+    used, cap = per(bd.memory_bytes), float(np.asarray(bd.capacity_bytes))
+    compute = per(bd.compute_s)
+    binding = int(np.argmax(compute))                       # the first of equals
+    return [{"rank": d, "shards": int(shards[d]), "replicas": int(replicas[d]), "hbm_used_bytes": float(used[d]),
+             "hbm_free_bytes": cap - float(used[d]), "compute_s": float(compute[d]), "comm_s": float(comm[d]),
+             "idle_s": float(compute[binding] - compute[d]), "binding": d == binding} for d in range(D)]
+
+
+def format_per_rank(rows: list[dict], max_rows: int = 16) -> str:
+    """The per-rank report as a table in ms and GB: every rank up to max_rows, else the busiest and a
+    count of the rest; the binding rank marked."""
+    shown = rows if len(rows) <= max_rows else sorted(rows, key=lambda r: (-r["compute_s"], r["rank"]))[:max_rows]
+    lines = [f"{'rank':>6} {'shards':>7} {'replicas':>9} {'HBM used GB':>12} {'free GB':>9} {'compute ms':>11} "
+             f"{'comm ms':>9} {'idle ms':>9}"]
+    for r in shown:
+        lines.append(f"{r['rank']:>6} {r['shards']:>7} {r['replicas']:>9} {r['hbm_used_bytes'] / 1e9:>12.2f} "
+                     f"{r['hbm_free_bytes'] / 1e9:>9.2f} {r['compute_s'] * 1e3:>11.3f} {r['comm_s'] * 1e3:>9.3f} "
+                     f"{r['idle_s'] * 1e3:>9.3f}" + ("  <- binds the step (busiest)" if r["binding"] else ""))
+    if len(rows) > len(shown):
+        lines.append(f"({len(rows) - len(shown)} less busy ranks not shown; --json lists every rank)")
+    return "\n".join(lines)

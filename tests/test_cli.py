@@ -210,3 +210,32 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_search_reports_each_rank_as_a_planner_does():
+    """After a search, per rank: its shards (model-parallel) and replicas, HBM used and free, compute
+    and communication busy time, idle time behind the busiest rank, which binds the step."""
+    import numpy as np
+
+    import perfmodel as pm
+    from perfmodel.evaluate import COMM_PHASES
+    from perfmodel.report import format_per_rank, per_rank
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    names = model.tables.names
+    plan = pm.Plan(tables={n: (pm.TablePlan("table_wise", [0]) if i < 3 else pm.TablePlan("data_parallel", list(range(8))))
+                           for i, n in enumerate(names)})
+    bd = pm.evaluate(system, model, plan)
+    rows = per_rank(bd, plan, model)
+    assert [r["shards"] for r in rows] == [3] + [0] * 7 and {r["replicas"] for r in rows} == {len(names) - 3}
+    compute = np.asarray(bd.compute_s)
+    busiest = int(np.argmax(compute))
+    assert [r["binding"] for r in rows] == [d == busiest for d in range(8)]
+    for d, r in enumerate(rows):
+        assert r["compute_s"] == pytest.approx(float(compute[d])) and r["idle_s"] == pytest.approx(float(compute.max() - compute[d]))
+        assert r["comm_s"] == pytest.approx(sum(float(np.broadcast_to(bd.phase_s[p], (8,))[d]) for p in COMM_PHASES))
+        assert r["hbm_used_bytes"] + r["hbm_free_bytes"] == pytest.approx(float(bd.capacity_bytes))
+    assert "<- binds the step" in format_per_rank(rows).splitlines()[1 + busiest]
+    code, out, err = run(["search", "--system", "h100-8", "--model", "dlrm-small", "--method", "greedy", "--no-progress", "--json"])
+    assert code == 0 and len(json.loads(out)["ranks"]) == 8
+    code, out, err = run(["search", "--system", "h100-8", "--model", "dlrm-small", "--method", "greedy", "--no-progress"])
+    assert code == 0 and "per rank (greedy's plan):" in out and out.count("<- binds the step") == 1
