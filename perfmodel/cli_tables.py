@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def _cmd_import_tables(args) -> int:
     from .config import ConfigError
-    from .interop.tables import import_tables
+    from .interop.tables import import_tables, read_tables
     if args.pooling_factor is not None and not 1e-3 <= args.pooling_factor <= 1e5:
         raise ConfigError("", "--pooling-factor", f"must be a number of lookups per sample from 0.001 to 1e5, got "
                           f"{args.pooling_factor:g}")
@@ -39,4 +39,9 @@ def _cmd_import_tables(args) -> int:
                           pooling_factors=args.pooling_factor, command=command)
     print(f"wrote {args.out}: model {model.name!r}, {model.tables.count} tables, global batch "
           f"{int(float(model.global_batch)):,} (perfmodel search --system SYSTEM --model {args.out})")
+    shared = [t for t in read_tables(args.csv, args.pooling_factor) if len(t.features) > 1]
+    if shared:                      # TorchRec's pooling factors are per feature: say what that adds up to
+        t = shared[0]
+        print(f"{len(shared)} table(s) read by several features look up each feature's pooling factor per sample, "
+              f"summed: {t.name} {' + '.join(f'{p:g}' for p in t.pooling)} = {sum(t.pooling):g} rows per sample")
     return 0

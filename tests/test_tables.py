@@ -161,6 +161,9 @@ def test_import_tables_round_trip(tmp_path, capsys):
     csv.write_text(CSV)
     assert main(["import-tables", str(csv), "--dense", "dlrm-dcnv2-mlperf", "--batch", "65536",
                  "--pooling-factor", "2", "--out", str(out)]) == 0
+    # pooling factors are per feature (TorchRec's): the output says what a shared table adds up to
+    assert "1 table(s) read by several features look up each feature's pooling factor per sample, summed: " \
+           "item 1 + 20 = 21 rows per sample" in capsys.readouterr().out
     text = out.read_text()
     for line, name in ((2, "user"), (3, "item"), (4, "geo")):        # a source line per table: file and row
         assert f'"{name}",' in text and f"# source: {csv} row {line}" in text
@@ -222,3 +225,12 @@ def test_numpy_scalars_read_as_numbers():
     m = pm.model_from_tables(rows, pooling_factors={"a": np.float32(2.5)})
     assert float(m.tables.rows[0]) == 1000 and float(m.tables.pooling[0]) == 2.5
     assert main(["import-tables", "x.csv", "--pooling-factor", "0", "--out", "never.toml"]) == 2
+
+
+def test_the_example_tables_are_mlperfs():
+    """data/examples/mlperf_dlrm_dcnv2_tables.csv, the example the docs import, holds the MLPerf preset's
+    tables: the same rows, dims and lookups per sample, so a search on either places the same tables."""
+    example = pm.model_from_tables(Path(__file__).resolve().parents[1] / "data" / "examples" / "mlperf_dlrm_dcnv2_tables.csv")
+    preset = pm.load_model("dlrm-dcnv2-mlperf")
+    for f in ("rows", "dim", "pooling", "bytes_per_element"):
+        np.testing.assert_array_equal(np.asarray(getattr(example.tables, f)), np.asarray(getattr(preset.tables, f)), f)
