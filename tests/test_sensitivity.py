@@ -123,3 +123,14 @@ def test_replanned_differences_beside_the_fixed_plan(small, mtia16):
         sensitivity(mtia16, small, make, replan=-1)
     with pytest.raises(pm.ConfigError, match="field 'h'"):
         sensitivity(mtia16, small, make, h=1.5)
+
+
+@pytest.mark.parametrize("name", ["mtia300-16", "h100-16", "h100pcie-8", "a100roce-64"])
+def test_every_parameter_has_a_users_name_and_unit(name):
+    """No internal leaf path (chip.core_call_s) in the table: a leaf without its own entry takes the
+    name, unit and scale of the config field that sets it."""
+    system = pm.load_system(name)
+    info = {p: (n, u, sc) for p, n, u, sc, _ in leaf_info(system)}
+    assert all(n != p for p, (n, _, _) in info.items()), [p for p, (n, _, _) in info.items() if n == p]
+    assert info["chip.core_call_s"] == ("fixed cost of one collective call", "us", 1e-6)
+    assert info["nic.chunk_bytes"][1:] == ("KiB", 1024.0)

@@ -36,6 +36,7 @@ from ..evaluate import evaluate, resolve
 from ..hardware import GB, GBPS, TF, US, System
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
+from ..schema import SYSTEM_LEAVES
 from .table import columns, make_table
 
 METRICS = ("step_s", "usd_per_million_samples", "joules_per_sample")
@@ -111,9 +112,12 @@ def leaf_info(system: System) -> list[tuple[str, str, str, float, str]]:
             if kn == "scale_up_oversubscription":
                 kn = ""
             out.append((dotted, f"{lv.name} level ({lv.link}) {name}", unit, scale, kn))
-        else:
-            name, unit, scale, kn = LEAVES.get(dotted, (dotted, "", 1.0, ""))
+        elif dotted in LEAVES:
+            name, unit, scale, kn = LEAVES[dotted]
             out.append((dotted, name, unit, scale, kn))
+        else:                         # the config field that sets the leaf names it, in the file's unit
+            f = SYSTEM_LEAVES.get(dotted)
+            out.append((dotted, f.meaning or f.name, f.unit, f.scale, "") if f else (dotted, dotted, "", 1.0, ""))
     return out
 
 
