@@ -80,11 +80,18 @@ def _digest(name: str) -> str:
 # tag or none, or a .tmp a write left; "kept" marks are an earlier version's, always stale), and XLA's
 # entries (jax's LRU cache files; the module name says whether perfmodel compiled it for one of its
 # kept programs, and for which version)
-_OURS = re.compile(r"perfmodel-(export|exec|kept)-(?:([0-9a-f]{8})-)?[0-9a-f]{32}(\.\d+\.tmp)?")
+_OURS = re.compile(r"perfmodel-(export|exec|kept|plan)-(?:([0-9a-f]{8})-)?[0-9a-f]{32}(?:\.json)?(\.\d+\.tmp)?")
 _XLA = re.compile(r"(.+)-[0-9a-f]{64}-(cache|atime)")
 _XLA_OURS = re.compile(r"jit_perfmodel_([0-9a-f]{8})_[0-9a-f]+")
 CACHE_KINDS = {"xla": "compiled programs (XLA's cache)", "export": "traced programs (jax.export)",
-               "exec": "executables (this machine's)", "kept": "marks (an earlier version's)"}
+               "exec": "executables (this machine's)", "kept": "marks (an earlier version's)",
+               "plan": "searched plans (evaluate's default plan)"}
+
+
+def plan_file_name(digest: str) -> str:
+    """The name a searched plan is kept under in the cache folder (analysis.planning.searched_plan):
+    this version's tag, so `perfmodel cache --prune` knows the plans other versions searched."""
+    return f"perfmodel-plan-{_version_tag()}-{digest}.json"
 
 
 def cache_files(folder: str) -> list[dict]:

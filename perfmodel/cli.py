@@ -72,7 +72,7 @@ def check_plan_output(path) -> None:
 
 
 def _cmd_evaluate(args) -> int:
-    from . import default_plan, evaluate, load_model, load_plan
+    from . import evaluate, load_model
     from .report import format_breakdown, to_dict
 
     check_plan_output(args.save_plan)
@@ -82,7 +82,7 @@ def _cmd_evaluate(args) -> int:
     if args.guard is not None:
         from .search.guard import load_shard_costs
         guard = load_shard_costs(args.guard, system, model)
-    plan = load_plan(args.plan, system, model) if args.plan is not None else default_plan(system, model)
+    plan, src = _evaluated_plan(args, system, model)
     from .constraints import for_command, plan_violations
     broken = plan_violations(plan, for_command(args.model, args.constraints), system, model)
     bd = evaluate(system, model, plan)
@@ -97,17 +97,27 @@ def _cmd_evaluate(args) -> int:
         out["constraint_violations"] = [{"field": f, "message": m} for f, m in broken]
         print(json.dumps(out, indent=2))
     else:
-        src = args.plan if args.plan is not None else "default (greedy) plan"
         print(format_breakdown(bd, f"{model.name} on {system.name} ({system.num_chips} x {system.chip.name}), plan: {src}"))
         if guard is not None:
             from .cli_search import guard_line
             print(guard_line(guard.name, args.guard, value, float(guard.cap), met))
         for f, m in broken:
             print(f"constraint broken: {f} {m}")
-        if args.plan is None:       # every study searches its plan; evaluate alone takes greedy's by default
-            print(f"\nThis is greedy's plan (TorchRec-style), not a searched one: `perfmodel search {system_flags(args)} "
-                  f"--model {args.model} --out plan.json`, then --plan plan.json, prices the plan the studies use.")
     return 0
+
+
+def _evaluated_plan(args, system, model):
+    """(plan, its label) of evaluate's --plan: "search" (the default: the plan every study searches for
+    this hardware, kept on disk after the first time), "greedy", or a plan JSON."""
+    from . import default_plan, load_plan
+    if args.plan == "greedy":
+        return default_plan(system, model), "greedy"
+    if args.plan not in (None, "search"):
+        return load_plan(args.plan, system, model), args.plan
+    from .analysis.planning import planner, searched_plan
+    make = planner("search", iterations=args.iterations, seed=args.seed)      # checks both
+    plan, kept = searched_plan(system, model, iterations=make.iterations, seed=make.seed, progress=not args.json)
+    return plan, make.label + (", kept from an earlier call" if kept else "")
 
 
 def _cmd_list(args) -> int:
@@ -298,14 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="step time, breakdown, memory and cost of one plan",
                         description="Evaluate one training step of MODEL on SYSTEM under a plan "
-                                    "(the greedy default plan unless --plan is given). Inputs are TOML "
+                                    "(the searched one unless --plan says greedy or a file). Inputs are TOML "
                                     "(systems, chips, models) and JSON (plans). Results: times in seconds "
                                     "(the table prints ms / us), sizes in bytes, throughput in samples/s; "
                                     "every --json key carries its unit (step_s, memory_max_bytes).")
     ev.add_argument("--system", required=True, help="system preset <family>-<chips> (e.g. mtia300-64) or a system TOML path")
     add_chips(ev)
     ev.add_argument("--model", required=True, help="model preset (e.g. dlrm-dcnv2-mlperf) or a model TOML path")
-    ev.add_argument("--plan", help="plan JSON (per-table sharding_type + ranks, TorchRec names); default: greedy plan")
+    ev.add_argument("--plan", help="search (the default: the plan searched for this system, as every study uses; "
+                    "kept on disk for the next call), greedy, or a plan JSON (per-table sharding_type + ranks, "
+                    "TorchRec names)")
+    ev.add_argument("--iterations", type=int, help="with --plan search: rounds (default "
+                    "perfmodel.analysis.STUDY_ITERATIONS, 300)")
+    ev.add_argument("--seed", type=int, default=0, help="with --plan search: seed (default 0)")
     ev.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML (e.g. a calibrated one)")
     ev.add_argument("--constraints", metavar="FILE", help="per-table constraints to check the plan against (TOML/JSON; "
                     "the model file's [constraints.<table>] are checked too); each one the plan breaks is reported")

@@ -62,7 +62,7 @@ def csv(folder: Path, name: str, *rows: str) -> str:
 
 
 S8, SMALL = ["--system", "h100-8"], ["--model", "dlrm-small"]
-EVAL = ["evaluate", *S8, *SMALL]
+EVAL = ["evaluate", *S8, *SMALL, "--plan", "greedy"]
 SWEEP = ["sweep", *S8, *SMALL]
 TIMELINE = ["plot", "timeline", *S8, *SMALL]
 HUGE_COUNT = "1" + "0" * 30
@@ -322,7 +322,7 @@ def test_a_system_file_without_a_suffix_loads_as_a_model_file_does(tmp_path):
     """--system refused an existing TOML path without a suffix that --model and --chip take."""
     system = tmp_path / "h100-system"
     shutil.copy(DATA / "systems" / "h100.toml", system)
-    code, out, err = run(["evaluate", "--system", str(system), *SMALL, "--json"])
+    code, out, err = run(["evaluate", "--system", str(system), *SMALL, "--plan", "greedy", "--json"])
     assert code == 0 and err == ""
     summary = json.loads(out)["summary"]
     assert json.loads(out)["system"] == "h100-8" and 0 < summary["step_s"] < 1

@@ -40,7 +40,7 @@ def test_calibrate_fits_through_the_model_and_writes_a_valid_preset(tmp_path, ca
     assert csv.read_text().count("\n") == len(ms) + 1
     assert "held-out whole steps" in cal.format_report(rep)
     # evaluate takes it; a second calibration never overwrites it
-    assert main(["evaluate", "--system", "mtia300-16", "--model", "dlrm-small", "--chip", str(out), "--json"]) == 0
+    assert main(["evaluate", "--system", "mtia300-16", "--model", "dlrm-small", "--plan", "greedy", "--chip", str(out), "--json"]) == 0
     assert '"step_s"' in capsys.readouterr().out
     before = out.read_text()
     assert main(["calibrate", "--out", str(out), "--grid", "tiny"]) == 2

@@ -16,7 +16,7 @@ from perfmodel import PHASES
 from perfmodel.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-EVAL = ["evaluate", "--system", "h100-8", "--model", "dlrm-small"]
+EVAL = ["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--plan", "greedy"]   # the default searches: see below
 DLRM_SMALL_BATCH = 4096                     # data/models/dlrm-small.toml: global_batch
 UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -72,10 +72,7 @@ def test_evaluate_json_phases(evaluated):
 def test_evaluate_table(evaluated):
     code, out, err = run(EVAL)
     assert code == 0 and err == ""
-    assert out.startswith("dlrm-small on h100-8 (8 x h100), plan: default (greedy) plan\n")
-    # the studies search their plans; evaluate's default is greedy's, and it says how to get theirs
-    assert "This is greedy's plan (TorchRec-style), not a searched one: `perfmodel search --system h100-8 --model " \
-           "dlrm-small --out plan.json`" in out
+    assert out.startswith("dlrm-small on h100-8 (8 x h100), plan: greedy\n")
     assert "step time" in out and "throughput" in out and "M samples/s" in out
     for p in PHASES:
         assert re.search(rf"^{p}\s+(compute|comm)\s", out, re.M), p
@@ -239,3 +236,48 @@ def test_search_reports_each_rank_as_a_planner_does():
     assert code == 0 and len(json.loads(out)["ranks"]) == 8
     code, out, err = run(["search", "--system", "h100-8", "--model", "dlrm-small", "--method", "greedy", "--no-progress"])
     assert code == 0 and "per rank (greedy's plan):" in out and out.count("<- binds the step") == 1
+
+
+def test_searched_plan_is_the_studies_plan_kept_on_disk(tmp_path):
+    """evaluate's default plan is the one every study searches for the hardware (planner("search")),
+    kept in the compile cache's folder: the second call reads it, a damaged file is searched again, and
+    no folder means no file."""
+    import jax
+
+    import perfmodel as pm
+    from perfmodel.analysis.planning import planner, searched_plan
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    want = planner("search", iterations=12, seed=1)(system, model).to_dict()
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        (kept_file,) = tmp_path.glob("perfmodel-plan-*.json")
+        assert not kept and plan.to_dict() == want and json.loads(kept_file.read_text()) == want
+        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        assert kept and plan.to_dict() == want
+        kept_file.write_text('{"tables": {')                       # cut short: searched again, written anew
+        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        assert not kept and json.loads(kept_file.read_text()) == want
+        assert not searched_plan(system, model, iterations=12, seed=2)[1]     # another seed: another plan
+        assert len(list(tmp_path.glob("perfmodel-plan-*.json"))) == 2
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert not searched_plan(system, model, iterations=12, seed=1)[1]     # no folder: nothing kept
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_evaluate_defaults_to_the_searched_plan():
+    args = ["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--iterations", "12", "--seed", "1"]
+    code, first, _ = run(args)
+    code2, second, err = run(args)
+    assert code == code2 == 0
+    assert first.startswith("dlrm-small on h100-8 (8 x h100), plan: search (12 rounds, seed 1)")
+    assert second.startswith("dlrm-small on h100-8 (8 x h100), plan: search (12 rounds, seed 1), kept from an earlier call")
+    assert err == ""                                                # nothing searched the second time
+    code, out, _ = run(args + ["--json"])
+    import perfmodel as pm
+    from perfmodel.analysis.planning import planner
+    system, model = pm.load_system("h100-8"), pm.load_model("dlrm-small")
+    want = float(pm.evaluate(system, model, planner("search", iterations=12, seed=1)(system, model)).step_s)
+    assert json.loads(out)["summary"]["step_s"] == pytest.approx(want, rel=1e-6)

@@ -234,10 +234,10 @@ def test_cli_evaluate_gives_a_plans_guard_value(tmp_path, capsys):
         c = tables[n]
         load[tp.ranks] += {"table_wise": c["table_wise"], "data_parallel": 0.25, "row_wise": 0.3, "table_row_wise": 0.4,
                            "column_wise": c["column_wise"].get(str(len(tp.ranks)), np.inf)}[tp.sharding_type]
-    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--guard", str(path), "--json"]) == 0
+    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--plan", "greedy", "--guard", str(path), "--json"]) == 0
     g = json.loads(capsys.readouterr().out)["guard"]
     assert g["value_s"] * 1e3 == pytest.approx(load.max(), rel=1e-5) and g["met"] == (load.max() <= 1.0)
-    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--guard", str(path)]) == 0
+    assert main(["evaluate", "--system", "h100-8", "--model", "dlrm-small", "--plan", "greedy", "--guard", str(path)]) == 0
     assert f"guard toy ({path}): the plan's busiest device {load.max():.4g} ms, cap 1 ms: " in capsys.readouterr().out
 
 

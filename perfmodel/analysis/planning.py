@@ -167,3 +167,60 @@ def plan_for(system: System, model: RankingModel, plan="search", *, iterations: 
     """(the plan for this system and model, its label)."""
     make = planner(plan, iterations=iterations, seed=seed)
     return make(system, model), make.label
+
+
+def searched_plan(system: System, model: RankingModel, *, iterations: int | None = None, seed: int = 0,
+                  progress: bool = False) -> tuple[Plan, bool]:
+    """(the plan planner("search", iterations, seed) makes for this problem, whether it came from disk).
+
+    The same problem, rounds and seed give the same plan in any process, so the plan is kept in the
+    compile cache's folder (when one is enabled: the CLI's default) under a digest of the System, the
+    model, the rounds, the seed and this version of perfmodel: `evaluate` then answers with the searched
+    plan at once after the first time, and `perfmodel cache --prune` clears plans of other versions.
+    A file that does not parse is searched again; progress: the search's own bar on stderr."""
+    import json
+    import os
+
+    from ..plan import plan_from_dict
+    from ..search.api import search
+    n = iterations or STUDY_ITERATIONS
+    path = _plan_file(system, model, n, seed)
+    if path is not None and path.is_file():
+        try:
+            return plan_from_dict(json.loads(path.read_text()), system, model, str(path)), True
+        except (ConfigError, ValueError, OSError):
+            pass                                   # damaged or cut short: search again, write it anew
+    if progress:
+        import sys
+        print(f"searching a plan for {system.name} ({n} rounds, seed {seed}; kept for the next call; --plan greedy "
+              "answers at once)", file=sys.stderr, flush=True)
+    plan = search(system, model, seed=seed, iterations=n, budget_s=None, progress=progress).plan
+    if path is not None:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:                                       # whole or not at all: another process may read it
+            tmp.write_text(json.dumps(plan.to_dict()))
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return plan, False
+
+
+def _plan_file(system: System, model: RankingModel, iterations: int, seed: int) -> Path | None:
+    """Where searched_plan keeps this problem's plan (None: no compile cache folder is enabled)."""
+    import hashlib
+
+    import jax
+    import numpy as np
+
+    from ..cache import plan_file_name
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder or not Path(folder).is_dir():
+        return None
+    h = hashlib.sha256(f"{iterations}|{seed}".encode())
+    for tree in (system, model):
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        h.update(str(treedef).encode())
+        for leaf in leaves:
+            a = np.asarray(leaf)
+            h.update(f"{a.dtype}{a.shape}".encode() + a.tobytes())
+    return Path(folder) / plan_file_name(h.hexdigest()[:32])
