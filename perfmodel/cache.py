@@ -85,7 +85,7 @@ _XLA = re.compile(r"(.+)-[0-9a-f]{64}-(cache|atime)")
 _XLA_OURS = re.compile(r"jit_perfmodel_([0-9a-f]{8})_[0-9a-f]+")
 CACHE_KINDS = {"xla": "compiled programs (XLA's cache)", "export": "traced programs (jax.export)",
                "exec": "executables (this machine's)", "kept": "marks (an earlier version's)",
-               "plan": "searched plans (evaluate's default plan)"}
+               "plan": "searched plans (evaluate)"}
 
 
 def plan_file_name(digest: str) -> str:
