@@ -32,9 +32,10 @@ def register(sub) -> None:
                    "batch's Adam steps, a generation): the work, bounded so that the plan does not depend on the machine "
                    f"(default: {ROUND_WORK:.0e} / (tables x devices), within {ITERATIONS[0]}-{ITERATIONS[1]})")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--budget-s", type=float, default=60.0, help="wall-clock stop per method, seconds (default 60): "
-                        "a search it cuts says so; read between rounds, and a round that compiles (some 10 s in a cold "
-                        "process) runs to its end")
+    budget.add_argument("--budget-s", type=float, default=None, help="wall-clock stop per method, seconds (default: "
+                        "none, the search ends at its iterations and gives the same plan on any machine): a search it "
+                        "cuts says so; read between rounds, and a round that compiles (some 10 s in a cold process) runs "
+                        "to its end")
     budget.add_argument("--until-converged", action="store_true",
                         help="no budget at all: the gradient search runs every phase to its end; --compare's random and "
                         "evolutionary get the wall time it took")
@@ -127,7 +128,8 @@ def _cmd_search(args) -> int:
         return 0
     budget = (f"no budget, {args.method} until it converged" + (
         f" ({results[0].wall_s:.1f} s; random and evolutionary given as long)" if len(results) > 1 else "")
-        if args.until_converged else f"{iterations} iterations or {args.budget_s:g} s per method")
+        if args.until_converged else f"{iterations} iterations per method, no wall-clock limit" if args.budget_s is None
+        else f"{iterations} iterations or {args.budget_s:g} s per method")
     print(f"plan search: {model.name} on {system.name} ({system.num_chips} x {system.chip.name}), "
           f"seed {args.seed}, {budget}")
     if constraints:

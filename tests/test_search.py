@@ -483,3 +483,18 @@ def test_the_default_iterations_shrink_with_the_plans_arrays():
     assert default_iterations(*load_instance("synthetic-300", "h100-64")) == 208
     assert default_iterations(pm.load_system("h100-256"), pm.load_model("prod-856")) == 100
     assert is_exhaustive(*small_instance(0)) and not is_exhaustive(pm.load_system("h100-256"), pm.load_model("prod-856"))
+
+
+def test_cli_search_has_no_wall_clock_limit_by_default(capsys):
+    """The default search ends at its iterations, so the plan does not depend on the machine's speed
+    (a 60 s default cut make demo's search at a quarter of its rounds on a loaded 2-core machine);
+    --compare's samplers end at the same iterations."""
+    from perfmodel.cli import build_parser
+    assert build_parser().parse_args(["search", "--system", "h100-8", "--model", "dlrm-small"]).budget_s is None
+    assert main(["search", "--system", "h100-8", "--model", "dlrm-small", "--iterations", "5", "--compare", "random",
+                 "--no-progress", "--json"]) == 0
+    grad, rand = json.loads(capsys.readouterr().out)["results"]
+    assert grad["budget_s"] is None and grad["stopped"] != "budget_s"
+    assert rand["budget_s"] is None and rand["iterations"] == 5 and rand["stopped"] == "iterations"
+    assert main(["search", "--system", "h100-8", "--model", "dlrm-small", "--method", "greedy", "--no-progress"]) == 0
+    assert "iterations per method, no wall-clock limit" in capsys.readouterr().out
