@@ -14,7 +14,7 @@ import sys
 
 from . import interrupt
 from .cache import enable_compile_cache
-from .config import ConfigError, read_file
+from .config import QUIET, ConfigError, read_file
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -241,7 +241,7 @@ def _register_fidelity(sub) -> None:
     def cmd_validate(args) -> int:
         from .validate import format_all, run, summary
         kinds = args.kind
-        log = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else (lambda m: None)
+        log = (lambda m: print(m, file=sys.stderr, flush=True)) if not (args.json or args.quiet) else (lambda m: None)
         rep = run(kinds, args.data, args.dataset, loso=not args.blind_only, log=log)
         if args.json:
             print(json.dumps(rep, indent=1))
@@ -354,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     _register_search(sub)
     _register_tables(sub)
     _register_fidelity(sub)
+    for p in sub.choices.values():
+        if not any("--quiet" in a.option_strings for a in p._actions):
+            p.add_argument("--quiet", action="store_true", help="no progress on stderr (errors still print)")
     return parser
 
 
@@ -387,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         interrupt.install()
     args = build_parser().parse_args(argv)
     enable_compile_cache()
+    quiet_before = os.environ.get(QUIET)
+    if getattr(args, "quiet", False):      # read by every progress line, in this process and its workers
+        os.environ[QUIET] = "1"
     try:
         with interrupt.armed():
             _refuse_empty(args)
@@ -405,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, AttributeError):    # a stdout with no file descriptor (captured)
             pass
         return 141
+    finally:                   # main() called from Python (a test, a notebook) leaves the environment as it was
+        if quiet_before is None:
+            os.environ.pop(QUIET, None)
+        else:
+            os.environ[QUIET] = quiet_before
 
 
 if __name__ == "__main__":

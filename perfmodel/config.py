@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import stat
 import tomllib
 from dataclasses import dataclass
@@ -287,3 +288,13 @@ def preset_path(kind: str, name: str) -> Path:
 
 def preset_names(kind: str) -> list[str]:
     return sorted(p.stem for p in (DATA_DIR / kind).glob("*.toml"))
+
+
+# `--quiet` on any command sets it (for the command's process and the workers it starts): no progress
+# line or bar is drawn on stderr; errors and results still print
+QUIET = "PERFMODEL_QUIET"
+
+
+def quiet() -> bool:
+    """Whether progress on stderr is turned off ($PERFMODEL_QUIET set and not empty or 0)."""
+    return os.environ.get(QUIET, "") not in ("", "0")

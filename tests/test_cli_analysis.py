@@ -151,3 +151,17 @@ def test_scaling_cli(tmp_path):
     line = one_error_line(*run(["plot", "scaling", "--model", "dlrm-small", "--system", "h100-8",
                                 "--out", str(tmp_path / "z.png")])[::2])
     assert "--chips" in line
+
+
+def test_a_study_says_its_searches_and_quiet_silences_them():
+    """A sweep that searches per point names the searches on stderr before they start; --quiet on any
+    command turns progress off (in its process and its workers) and leaves the environment as it was."""
+    import os
+
+    from perfmodel.config import QUIET
+    argv = ["sweep", *SMALL, "--vary", "scale_out_bandwidth_GBps=25,50", "--iterations", "3"]
+    code, out, err = run(argv)
+    assert code == 0 and err.startswith("searching a plan per point (3 rounds each, seed 0): 2 jobs in this process"), err
+    code, quiet_out, err = run(argv + ["--quiet"])
+    assert code == 0 and err == "" and quiet_out.splitlines()[1:] == out.splitlines()[1:]    # line 0 has the wall time
+    assert QUIET not in os.environ

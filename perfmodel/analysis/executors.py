@@ -23,7 +23,7 @@ import os
 import pickle
 import socket
 
-from ..config import ConfigError
+from ..config import ConfigError, quiet
 
 KINDS = ("serial", "process", "ray")
 CONNECT_TIMEOUT_S = 5.0      # a Ray head that does not answer a TCP connect in this long is unreachable
@@ -104,7 +104,7 @@ def _bar(progress: str | None, total: int, where: str):
     a no-op bar."""
     import sys
     from tqdm import tqdm
-    if progress is None:
+    if progress is None or quiet():
         return tqdm(total=total, disable=True)
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     print(f"{progress}: {total} job{'s' if total != 1 else ''} {where}", file=sys.stderr, flush=True)

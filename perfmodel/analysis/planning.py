@@ -190,7 +190,8 @@ def searched_plan(system: System, model: RankingModel, *, iterations: int | None
             return plan_from_dict(json.loads(path.read_text()), system, model, str(path)), True
         except (ConfigError, ValueError, OSError):
             pass                                   # damaged or cut short: search again, write it anew
-    if progress:
+    from ..config import quiet
+    if progress and not quiet():
         import sys
         print(f"searching a plan for {system.name} ({n} rounds, seed {seed}; kept for the next call; --plan greedy "
               "answers at once)", file=sys.stderr, flush=True)

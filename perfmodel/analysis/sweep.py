@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
-from ..config import ConfigError
+from ..config import ConfigError, quiet
 from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
 from ..plan import PlanArrays, stack, to_arrays, validate_plan
@@ -224,7 +224,7 @@ def _bar(points: int, chunks: int, size: int):
     says its size up front, and a bar counts the points with the time left. Smaller grids stay silent."""
     import sys
     from tqdm import tqdm
-    if chunks <= QUICK_CHUNKS:
+    if chunks <= QUICK_CHUNKS or quiet():
         return tqdm(total=points, disable=True)
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     print(f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)",

@@ -15,6 +15,8 @@ REDRAW_S = 0.2
 
 class Progress:
     def __init__(self, enabled: bool, budget_s: float | None, iterations: int | None, desc: str, stream=None):
+        from ..config import quiet
+        enabled = enabled and not quiet()          # --quiet on any command
         self.enabled, self.budget_s, self.iterations, self.desc = enabled, budget_s, iterations, desc
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
