@@ -294,3 +294,17 @@ def test_a_guarded_search_holds_a_plan_within_the_cap_before_compiling_anything(
     assert out["value"] <= out["cap"] * (1 + 1e-5) and out["best"] < 1e6
     system, model = pm.load_system("h100-16"), pm.load_model("dlrm-dcnv2-mlperf")
     assert out["best"] == pytest.approx(float(pm.evaluate(system, model, plan_from_dict(out["plan"], system, model)).step_s), rel=1e-5)
+
+
+def test_the_example_guard_is_torchrecs_estimate_of_mlperf_on_h100_16(capsys):
+    """data/examples/torchrec_guard_mlperf_h100-16.json, written by benchmarks/vs_torchrec.py from TorchRec's own
+    estimator, loads for the problem it was made for and prices every table; greedy's plan is over its cap
+    (TorchRec's own plan's estimate), as that run found (11.32 against 8.116 ms)."""
+    from pathlib import Path
+
+    from perfmodel.cli import main
+    path = Path(__file__).resolve().parents[1] / "data" / "examples" / "torchrec_guard_mlperf_h100-16.json"
+    assert main(["evaluate", "--system", "h100-16", "--model", "dlrm-dcnv2-mlperf", "--plan", "greedy", "--guard",
+                 str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("guard "))
+    assert "the plan's busiest device 11.32 ms, cap 8.116 ms: NOT met" in line
