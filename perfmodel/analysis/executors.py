@@ -186,12 +186,19 @@ def _run_ray(fn, jobs, folder, workers, address, progress=None):
         raise ConfigError("", "executor", "'ray' needs Ray: pip install 'perfmodel[distributed]'") from None
     started = False
     if not ray.is_initialized():
-        if address == "local":
-            ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)
-        else:
-            if address is not None:
-                check_address(address)
-            ray.init(address=address, log_to_driver=False)
+        import logging
+        import warnings
+        quiet_start = dict(log_to_driver=False, logging_level=logging.ERROR)     # Ray's start-up notices are not ours
+        with warnings.catch_warnings():
+            # Ray starts its daemons by fork + exec, which Python warns about in a process running JAX's
+            # threads; the child execs at once, so the deadlock it warns of cannot happen
+            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+            if address == "local":
+                ray.init(num_cpus=workers or default_workers(), include_dashboard=False, **quiet_start)
+            else:
+                if address is not None:
+                    check_address(address)
+                ray.init(address=address, **quiet_start)
         started = True
     try:
         task = ray.remote(_in_worker)
