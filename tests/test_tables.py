@@ -219,6 +219,21 @@ def test_readme_torchrec_path_runs_with_a_stand_in(monkeypatch):
     assert set(tables) == {c.name for c in scope["tables"]}
 
 
+def test_readme_torchrec_path_without_torchrec_runs_as_written(monkeypatch):
+    """The README's second snippet needs no torchrec: dicts in, TorchRec's serialized plan out (a cheap
+    search in place of the snippet's real one)."""
+    text = README.read_text()
+    snippet = text.split("<!-- torchrec-path-dicts -->")[1].split("```python")[1].split("```")[0]
+    assert len(snippet.strip().splitlines()) < 15 and "torchrec import" not in snippet
+    real_search = pm.search
+    monkeypatch.setattr(pm, "search", lambda s, m, **kw: real_search(s, m, method="greedy"))
+    scope = {}
+    exec(compile(snippet, str(README), "exec"), scope)
+    tables = scope["plan_json"]["plan"]["sparse_arch.embedding_bag_collection"]
+    assert set(tables) == {"user", "item", "geo"} and scope["plan_json"]["world_size"] == 16
+    assert scope["plan_json"]["perfmodel_plan"] == scope["result"].plan.to_dict()
+
+
 def test_numpy_scalars_read_as_numbers():
     """Tables built from arrays (a data frame's rows) hold numpy scalars."""
     rows = [dict(name="t", num_embeddings=np.int64(1000), embedding_dim=np.int32(64), feature_names=["a"])]
