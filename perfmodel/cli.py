@@ -256,7 +256,8 @@ def _register_fidelity(sub) -> None:
                             f"--grid {args.grid}", *opts])
         rep = calibrate(args.out, device=args.device, base=args.base, grid=args.grid, dtype=args.dtype,
                         peaks=args.peaks, measurements_out=args.measurements, command=command,
-                        log=lambda m: print(m, file=sys.stderr if args.json else sys.stdout, flush=True))
+                        log=(lambda m: None) if args.quiet else
+                        (lambda m: print(m, file=sys.stderr if args.json else sys.stdout, flush=True)))
         print(json.dumps(rep, indent=1) if args.json else format_report(rep))
         return 0
 
