@@ -156,10 +156,13 @@ def _cmd_search(args) -> int:
     cd = chosen.notes.get("co_design")
     if cd:
         unit = cd["unit"]
+        # the metric in the unit the tables use: step time in ms, cost in $ per million samples
+        scale, metric = (1e3, "step ms") if cd["metric"] == "step_s" else (1.0, "$ per M samples")
         print(f"\nco-design {cd['knob']} ({unit}): preset {cd['preset']:.4g} -> chosen {cd['chosen']:.4g}; "
-              f"{cd['metric']} {cd['objective_at_preset']:.4g} -> {cd['objective_at_chosen']:.4g} "
+              f"{metric} {scale * cd['objective_at_preset']:.4g} -> {scale * cd['objective_at_chosen']:.4g} "
               f"({100 * cd['improvement']:.1f} % better; the knob alone, the preset's plan kept: "
-              f"{100 * cd['improvement_plan_fixed']:.1f} %); d {cd['metric']} / d knob at the choice {cd['d_objective_d_knob']:.3g}")
+              f"{100 * cd['improvement_plan_fixed']:.1f} %); at the choice, d({metric}) / d({cd['knob']}) = "
+              f"{scale * cd['d_objective_d_knob']:.3g} per unit of the knob ({unit})")
         if len(results) > 1:
             print(f"(the table's {chosen.method} row is at the chosen value; "
                   f"{', '.join(r.method for r in results[1:])} at the preset's)")

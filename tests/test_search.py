@@ -430,6 +430,8 @@ def test_cli_co_design_says_where_each_row_ran(capsys):
     assert main(base + ["--compare", "random"]) == 0
     text = capsys.readouterr().out
     assert "co-design nic_split" in text and "the knob alone" in text
+    line = next(x for x in text.splitlines() if x.startswith("co-design nic_split"))
+    assert "; step ms " in line and "d(step ms) / d(nic_split) = " in line       # the tables' unit, not seconds
     assert "greedy row is at the chosen value; random at the preset's" in text
     assert main(base + ["--json"]) == 0
     cd = json.loads(capsys.readouterr().out)["results"][0]["notes"]["co_design"]
