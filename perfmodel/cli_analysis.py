@@ -149,7 +149,7 @@ def _cmd_sweep(args) -> int:
     where = executors_of(args)
     system, model = _load(args)
     t0 = time.perf_counter()
-    table = sweep(system, model, vary, plan=make, paired=args.paired, **where)
+    table = sweep(system, model, vary, plan=make, paired=args.paired, binding=args.binding, **where)
     wall = time.perf_counter() - t0
     failed = _failures(table, list(vary))
     n = num_rows(table)
@@ -166,7 +166,8 @@ def _cmd_sweep(args) -> int:
     else:
         print(f"{model.name} on {system.name}: {n} points ({'paired' if args.paired else 'grid'}), plan: "
               f"{make.label}{' per point' if make.per_point else ', fixed'}; {wall:.2f} s")
-        print(format_table(table, list(vary) + SWEEP_COLUMNS + ["plan"]))
+        print(format_table(table, list(vary) + SWEEP_COLUMNS + (["binding", "binding_elasticity"] if args.binding else [])
+                           + ["plan"]))
         for p, what in ((args.out, "table"), (args.plot, "plot")):
             if p:
                 print(f"wrote {what}: {p}")
@@ -347,6 +348,9 @@ def register(sub) -> None:
     sw.add_argument("--plot", help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
     sw.add_argument("--x", help="knob on the plot's x axis (default: the first --vary)")
     sw.add_argument("--y", default="step_ms", help="column on the plot's y axis (default step_ms)")
+    sw.add_argument("--binding", action="store_true", help="add the resource that bounds each point's step (compute, "
+                    "HBM, scale-up links, NIC, PCIe cap, host memory, latency, launch and host: the one whose 1 %% "
+                    "moves the step most at the point's plan) and that elasticity; one gradient per point")
     sw.add_argument("--list-knobs", action="store_true", help="describe every knob and exit")
     sw.add_argument("--json", action="store_true", help="print the table as JSON records")
     sw.set_defaults(func=_cmd_sweep)

@@ -319,3 +319,17 @@ def test_a_long_grid_says_its_size_and_counts_its_points(capsys):
     short = sweep(system, model, vary, plan=plan)
     assert capsys.readouterr().err == ""
     assert np.asarray(long["step_ms"]) == pytest.approx(np.asarray(short["step_ms"]), rel=1e-6)   # other programs: ulps
+
+
+def test_binding_names_the_resource_that_bounds_each_point():
+    """--binding: the resource whose elasticity is largest at the point's plan. Starve one resource
+    at a time and it binds; its elasticity is near 1 (the step all but proportional to it)."""
+    system, model = pm.load_system("h100-16"), pm.load_model("dlrm-small")
+    plan = pm.default_plan(system, model)
+    vary = {"hbm_bandwidth_GBps": [1, 3350, 3350], "scale_out_bandwidth_GBps": [50, 0.05, 50],
+            "peak_bf16_TFLOPs": [989, 989, 0.01]}
+    t = sweep(system, model, vary, plan=plan, paired=True, binding=True)
+    assert list(t["binding"]) == ["HBM", "NIC", "compute"]
+    assert all(0.8 < e <= 1.0 + 1e-3 for e in t["binding_elasticity"]), list(t["binding_elasticity"])
+    with pytest.raises(pm.ConfigError, match="field 'binding': takes one gradient per point, at most 10,000"):
+        sweep(system, model, {"scale_out_bandwidth_GBps": np.linspace(1, 100, 10_001)}, plan=plan, binding=True)

@@ -235,14 +235,17 @@ def _bar(points: int, chunks: int, size: int):
 
 def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
           paired: bool = False, iterations: int | None = None, seed: int = 0, executor=None,
-          workers: int | None = None, ray_address: str | None = None, chunk: int | None = None):
+          workers: int | None = None, ray_address: str | None = None, chunk: int | None = None,
+          binding: bool = False):
     """Evaluate `model` on `system` at every point of `vary` (knob name -> values); see the module doc.
 
     plan, iterations, seed: as planning.planner ("search" with STUDY_ITERATIONS rounds by default,
     "greedy", a Plan, a plan file, a callable (system, model) -> Plan). executor, workers,
     ray_address: where per-point searches run (executors.run; a process pool of $PERFMODEL_WORKERS,
     else the cores, by default; greedy and single-point sweeps run here). chunk: points per vmapped
-    call (default by problem size).
+    call (default by problem size). binding: add the columns `binding`, the resource that bounds the
+    point's step (binding_of), and `binding_elasticity`; one gradient per point, so at most
+    MAX_BINDING_POINTS points.
     Bad knob names or values, or a fixed plan that does not fit `system`, raise ConfigError naming
     what is wrong and what is allowed.
     """
@@ -260,6 +263,9 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     perm = [names.index(n) for n in order]
     values = enc[:, perm]
     K.check_values(order, values, base._replace(plan=_dummy_plan(system, model)))
+    if binding and len(values) > MAX_BINDING_POINTS:
+        raise ConfigError("", "binding", f"takes one gradient per point, at most {MAX_BINDING_POINTS:,} points; "
+                          f"this sweep has {len(values):,}")
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError("", "chunk", f"must be a positive integer, got {chunk!r}")
     chunk = chunk or default_chunk(system, model)
@@ -288,9 +294,56 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
             cols[col] = v.astype(bool) & ~failed
         else:
             cols[col] = np.where(failed, np.nan, v.astype(np.float64) * factor)
+    if binding:
+        found = [binding_of(*_point_state(st_sys, st_model, pa, batched, tuple(order), values[i], i))
+                 if not failed[i] else ("", np.nan) for i in range(len(values))]
+        cols["binding"] = np.asarray([b for b, _ in found], dtype=object)
+        cols["binding_elasticity"] = np.asarray([e for _, e in found], np.float64)
     cols["plan"] = np.full(len(values), make.label, dtype=object)
     cols["error"] = errors
     return make_table(cols)
+
+
+MAX_BINDING_POINTS = 10_000
+
+# The resources a step can be bound by, each the System leaves that size it: a resource's elasticity
+# is the largest |d log step / d log x| among them (efficiencies and bandwidths of one resource enter
+# as a product, so their elasticities are equal, not additive)
+RESOURCES = {
+    "compute": ("chip.peak_bf16_flops", "chip.peak_fp8_flops", "chip.peak_fp32_flops", "chip.matmul_eff_max"),
+    "HBM": ("chip.hbm_Bps", "chip.hbm_eff", "chip.gather_eff_max", "chip.llc_Bps"),
+    "scale-up links": ("chip.scale_up_Bps", "chip.scale_up_eff", "chip.nvls_eff"),
+    "NIC": ("nic.port_Bps", "nic.bandwidth_eff", "nic.active_ports"),
+    "PCIe cap": ("nic.pcie_Bps",),
+    "host memory": ("chip.host_link_Bps",),
+    "latency": ("nic.latency_s", "nic.per_message_s", "nic.chunk_s", "nic.pcie_latency_s", "chip.scale_up_latency_s",
+                "chip.core_call_s", "offload.setup_s", "levels[].latency_s"),
+    "launch and host": ("chip.launch_s", "chip.host_step_s"),
+}
+
+
+def _point_state(system, model, pa, batched: bool, names: tuple, row, i: int):
+    """(system, model, plan) at sweep point i, as _program evaluates it: its plan, every knob applied."""
+    plan = jax.tree_util.tree_map(lambda x: x[i], pa) if batched else pa
+    v = jnp.asarray(row, jnp.float32)
+    st = K.apply(names, K.State(system, model, plan), [v[j] for j in range(len(names))])
+    return st.system, st.model, st.plan
+
+
+def binding_of(system: System, model: RankingModel, plan) -> tuple[str, float]:
+    """(the resource that bounds the step, its elasticity): of RESOURCES, the one whose leaves move the
+    step most, |d log step / d log x| at this plan (the plan held: what a 1 % faster resource buys
+    before any re-planning). "NIC" is the scale-out network (and scale-up where the NIC carries it)."""
+    from .sensitivity import _grad, leaf_info
+    _, grad = _grad(system, model, plan, "step_s")
+    xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
+    gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
+    el = {}
+    for (path, *_), x, g in zip(leaf_info(system), xs, gs):
+        key = "levels[]." + path.rsplit(".", 1)[-1] if path.startswith("levels[") else path
+        el[key] = max(el.get(key, 0.0), abs(g * x))
+    best = max(RESOURCES, key=lambda r: max((el.get(p, 0.0) for p in RESOURCES[r]), default=0.0))
+    return best, max(el.get(p, 0.0) for p in RESOURCES[best])
 
 
 def _plan_point(make, system, model, hw_names: list[str], row: list[float]):
