@@ -99,17 +99,17 @@ def _in_worker(folder, fn, job):
 
 
 def _bar(progress: str | None, total: int, where: str):
-    """A progress bar on stderr counting finished jobs, after one line saying what runs where (a log
-    or a pipe gets that line and a bar redrawn at most every 10 s; a terminal every 0.5 s). None:
-    a no-op bar."""
+    """A progress bar on stderr counting finished jobs with the time left, after one line saying what
+    runs where (a log or a pipe gets that line only). None, or --quiet: a no-op bar."""
     import sys
     from tqdm import tqdm
     if progress is None or quiet():
         return tqdm(total=total, disable=True)
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     print(f"{progress}: {total} job{'s' if total != 1 else ''} {where}", file=sys.stderr, flush=True)
-    return tqdm(total=total, file=sys.stderr, unit="job", dynamic_ncols=True,
-                mininterval=0.5 if tty else 10.0, leave=False)
+    # the bar redraws one line: on a terminal; a log or a pipe gets the line above only
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return tqdm(total=total, file=sys.stderr, unit="job", dynamic_ncols=True, mininterval=0.5, leave=False,
+                disable=not tty)
 
 
 def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_address: str | None = None,

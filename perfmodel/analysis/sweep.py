@@ -226,11 +226,11 @@ def _bar(points: int, chunks: int, size: int):
     from tqdm import tqdm
     if chunks <= QUICK_CHUNKS or quiet():
         return tqdm(total=points, disable=True)
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     print(f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)",
           file=sys.stderr, flush=True)
-    return tqdm(total=points, file=sys.stderr, unit="point", unit_scale=True, dynamic_ncols=True,
-                mininterval=0.5 if tty else 10.0, leave=False)
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())      # a log or a pipe: the line above only
+    return tqdm(total=points, file=sys.stderr, unit="point", unit_scale=True, dynamic_ncols=True, mininterval=0.5,
+                leave=False, disable=not tty)
 
 
 def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
