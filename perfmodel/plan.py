@@ -331,11 +331,17 @@ def check_arrays(pa: PlanArrays, system: System, model: RankingModel) -> None:
     T, D, H = model.tables.count, system.num_chips, system.num_domains
     last = {"shard_type": (T, 5), "placement": (T, D), "domain_placement": (T, H), "cw_shards": (T,),
             "cache_ratio": (T,)}
-    for f in _UNIT_FIELDS + _COUNT_FIELDS + ("row_shards",):
-        x = getattr(pa, f)
-        if x is None:
-            continue
-        a = np.asarray(x, np.float64)
+    arrays = {f: np.asarray(x, np.float64) for f in _UNIT_FIELDS + _COUNT_FIELDS + ("row_shards",)
+              if (x := getattr(pa, f)) is not None}
+    # every single-plan evaluate() runs this: one pass over all entries when the plan is sound (the
+    # usual case), the field-by-field search below only to name what is wrong
+    flat = lambda fields: np.concatenate([arrays[f].ravel() for f in fields])
+    unit, counts = flat(_UNIT_FIELDS), flat(_COUNT_FIELDS)
+    if (all(arrays[f].shape[arrays[f].ndim - len(w):] == w for f, w in last.items())
+            and np.isfinite(flat(arrays)).all() and unit.min(initial=0.0) >= -1e-6
+            and unit.max(initial=0.0) <= 1.0 + 1e-6 and counts.min(initial=1.0) >= 1.0 - 1e-6):
+        return
+    for f, a in arrays.items():
         want = last.get(f)
         if want is not None and a.shape[a.ndim - len(want):] != want:
             raise ConfigError("", f"plan.{f}", f"has shape {a.shape}; this model and system need (..., "
