@@ -98,18 +98,23 @@ def _in_worker(folder, fn, job):
     return fn(*job)
 
 
-def _bar(progress: str | None, total: int, where: str):
-    """A progress bar on stderr counting finished jobs with the time left, after one line saying what
-    runs where (a log or a pipe gets that line only). None, or --quiet: a no-op bar."""
+def announced_bar(line: str | None, total: int, unit: str, unit_scale: bool = False):
+    """A tqdm bar on stderr with the time left, after `line` saying what the work is (a log or a pipe
+    gets that line only: the bar redraws one line, on a terminal). line None, or --quiet: a no-op bar."""
     import sys
     from tqdm import tqdm
-    if progress is None or quiet():
+    if line is None or quiet():
         return tqdm(total=total, disable=True)
-    print(f"{progress}: {total} job{'s' if total != 1 else ''} {where}", file=sys.stderr, flush=True)
-    # the bar redraws one line: on a terminal; a log or a pipe gets the line above only
+    print(line, file=sys.stderr, flush=True)
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-    return tqdm(total=total, file=sys.stderr, unit="job", dynamic_ncols=True, mininterval=0.5, leave=False,
-                disable=not tty)
+    return tqdm(total=total, file=sys.stderr, unit=unit, unit_scale=unit_scale, dynamic_ncols=True, mininterval=0.5,
+                leave=False, disable=not tty)
+
+
+def _bar(progress: str | None, total: int, where: str):
+    """The bar counting finished jobs, announced as "progress: N jobs where"."""
+    line = None if progress is None else f"{progress}: {total} job{'s' if total != 1 else ''} {where}"
+    return announced_bar(line, total, "job")
 
 
 def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_address: str | None = None,

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
-from ..config import ConfigError, quiet
+from ..config import ConfigError
 from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
 from ..plan import PlanArrays, stack, to_arrays, validate_plan
@@ -222,15 +222,10 @@ def _chunked(system, model, plan, values: np.ndarray, names: tuple, batched_plan
 def _bar(points: int, chunks: int, size: int):
     """A grid of more than QUICK_CHUNKS chunks takes seconds to minutes (10^6 points: minutes): stderr
     says its size up front, and a bar counts the points with the time left. Smaller grids stay silent."""
-    import sys
-    from tqdm import tqdm
-    if chunks <= QUICK_CHUNKS or quiet():
-        return tqdm(total=points, disable=True)
-    print(f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)",
-          file=sys.stderr, flush=True)
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())      # a log or a pipe: the line above only
-    return tqdm(total=points, file=sys.stderr, unit="point", unit_scale=True, dynamic_ncols=True, mininterval=0.5,
-                leave=False, disable=not tty)
+    from .executors import announced_bar
+    line = (f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)"
+            if chunks > QUICK_CHUNKS else None)
+    return announced_bar(line, points, "point", unit_scale=True)
 
 
 def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
