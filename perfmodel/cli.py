@@ -116,7 +116,7 @@ def _evaluated_plan(args, system, model):
         return load_plan(args.plan, system, model), args.plan
     from .analysis.planning import planner, searched_plan
     make = planner("search", iterations=args.iterations, seed=args.seed)      # checks both
-    plan, kept = searched_plan(system, model, iterations=make.iterations, seed=make.seed, progress=not args.json)
+    plan, kept = searched_plan(make, system, model, progress=not args.json)
     return plan, make.label + (", kept from an earlier call" if kept else "")
 
 

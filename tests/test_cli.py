@@ -251,18 +251,18 @@ def test_searched_plan_is_the_studies_plan_kept_on_disk(tmp_path):
     before = jax.config.jax_compilation_cache_dir
     try:
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        plan, kept = searched_plan(planner("search", iterations=12, seed=1), system, model)
         (kept_file,) = tmp_path.glob("perfmodel-plan-*.json")
         assert not kept and plan.to_dict() == want and json.loads(kept_file.read_text()) == want
-        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        plan, kept = searched_plan(planner("search", iterations=12, seed=1), system, model)
         assert kept and plan.to_dict() == want
         kept_file.write_text('{"tables": {')                       # cut short: searched again, written anew
-        plan, kept = searched_plan(system, model, iterations=12, seed=1)
+        plan, kept = searched_plan(planner("search", iterations=12, seed=1), system, model)
         assert not kept and json.loads(kept_file.read_text()) == want
-        assert not searched_plan(system, model, iterations=12, seed=2)[1]     # another seed: another plan
+        assert not searched_plan(planner("search", iterations=12, seed=2), system, model)[1]     # another seed: another plan
         assert len(list(tmp_path.glob("perfmodel-plan-*.json"))) == 2
         jax.config.update("jax_compilation_cache_dir", None)
-        assert not searched_plan(system, model, iterations=12, seed=1)[1]     # no folder: nothing kept
+        assert not searched_plan(planner("search", iterations=12, seed=1), system, model)[1]     # no folder: nothing kept
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
 

@@ -68,9 +68,10 @@ class _Search:
     iterations: int
     seed: int
 
-    def __call__(self, system, model, start=None):
+    def __call__(self, system, model, start=None, progress: bool = False):
         from ..search.api import search
-        return search(system, model, seed=self.seed, iterations=self.iterations, budget_s=None, start=start)
+        return search(system, model, seed=self.seed, iterations=self.iterations, budget_s=None, start=start,
+                      progress=progress)
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,8 @@ def plan_for(system: System, model: RankingModel, plan="search", *, iterations: 
     return make(system, model), make.label
 
 
-def searched_plan(system: System, model: RankingModel, *, iterations: int | None = None, seed: int = 0,
-                  progress: bool = False) -> tuple[Plan, bool]:
-    """(the plan planner("search", iterations, seed) makes for this problem, whether it came from disk).
+def searched_plan(make: Planner, system: System, model: RankingModel, progress: bool = False) -> tuple[Plan, bool]:
+    """(the plan `make`, a planner("search", ...), makes for this problem, whether it came from disk).
 
     The same problem, rounds and seed give the same plan in any process, so the plan is kept in the
     compile cache's folder (when one is enabled: the CLI's default) under a digest of the System, the
@@ -182,8 +182,9 @@ def searched_plan(system: System, model: RankingModel, *, iterations: int | None
     import os
 
     from ..plan import plan_from_dict
-    from ..search.api import search
-    n = iterations or STUDY_ITERATIONS
+    if make.kind != "search":
+        raise ConfigError("", "plan", f"searched_plan keeps searched plans; {make.label} is not one")
+    n, seed = make.iterations, make.seed
     path = _plan_file(system, model, n, seed)
     if path is not None and path.is_file():
         try:
@@ -195,7 +196,7 @@ def searched_plan(system: System, model: RankingModel, *, iterations: int | None
         import sys
         print(f"searching a plan for {system.name} ({n} rounds, seed {seed}; kept for the next call; --plan greedy "
               "answers at once)", file=sys.stderr, flush=True)
-    plan = search(system, model, seed=seed, iterations=n, budget_s=None, progress=progress).plan
+    plan = make.make(system, model, None, progress).plan
     if path is not None:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:                                       # whole or not at all: another process may read it
