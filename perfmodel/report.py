@@ -103,9 +103,8 @@ def per_rank(bd: Breakdown, plan, model) -> list[dict]:
     stream, which every collective then waits for (the others idle for the difference). SI units."""
     D = int(bd.num_chips)
     shards, replicas = np.zeros(D, int), np.zeros(D, int)
-    for t in plan.tables.values():
-        ranks = [t.ranks[0]] if t.sharding_type == "table_wise" else list(t.ranks)
-        (replicas if t.sharding_type == "data_parallel" else shards)[ranks] += 1
+    for t in plan.tables.values():         # a plan's ranks are distinct (validate_plan), one per shard or replica
+        (replicas if t.sharding_type == "data_parallel" else shards)[list(t.ranks)] += 1
     per = lambda x: np.broadcast_to(np.asarray(x, np.float64), (D,))
     comm = sum(per(bd.phase_s[p]) for p in COMM_PHASES)
     used, cap = per(bd.memory_bytes), float(np.asarray(bd.capacity_bytes))
