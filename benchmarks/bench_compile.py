@@ -45,7 +45,7 @@ from perfmodel.search import adam as gs  # noqa: E402
 from perfmodel.search import score  # noqa: E402
 from perfmodel.search.greedy import greedy_plan  # noqa: E402
 from perfmodel.search.instances import parse_instances  # noqa: E402
-from perfmodel.search.relax import make_masks  # noqa: E402
+from perfmodel.plan import make_masks  # noqa: E402
 
 INSTANCES = "dlrm-dcnv2-mlperf@h100-16,dlrm-dcnv2-mlperf@h100-64,prod-856@mtia300-256"
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import perfmodel as pm
-from perfmodel.constraints import plan_violations
+from perfmodel.plan import plan_violations
 from perfmodel.search.instances import load_instance, parse_instances
 
 

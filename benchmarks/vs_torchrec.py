@@ -223,7 +223,7 @@ class TorchRecSide:
         shard count perfmodel allows), from TorchRec's own EmbeddingEnumerator and
         EmbeddingPerfEstimator, with TorchRec's NoopPerfModel sum per rank: the guard's value of a
         plan is TorchRec's rate of it. cap_ms: the cap."""
-        from perfmodel.search.relax import cw_options
+        from perfmodel.plan import cw_options
         from torchrec.distributed.planner import ParameterConstraints
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 

@@ -83,7 +83,8 @@ def _cmd_evaluate(args) -> int:
         from .search.guard import load_shard_costs
         guard = load_shard_costs(args.guard, system, model)
     plan, src = _evaluated_plan(args, system, model)
-    from .constraints import for_command, plan_violations
+    from .constraints import for_command
+    from .plan import plan_violations
     broken = plan_violations(plan, for_command(args.model, args.constraints), system, model)
     bd = evaluate(system, model, plan)
     if args.save_plan is not None:

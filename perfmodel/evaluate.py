@@ -40,10 +40,10 @@ from .cost import contention
 from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
 from .cost.embedding import EmbeddingCosts, embedding_costs, hierarchical, row_wise_subset
 from .cost.overhead import step_overheads
-from .cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
+from .cost.memory import activation_bytes, dense_state_bytes
 from .cost.smooth import hard_max, reduce_max, smax, smin
 from .config import ConfigError
-from .hardware import System, _pytree, domain_chips, load_system, static
+from .hardware import System, _pytree, capacity_bytes, domain_chips, load_system, static
 from .plan import (COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, check_arrays, load_plan,
                    to_arrays, validate_plan)
 from .workload import RankingModel, load_model

@@ -176,6 +176,11 @@ class System:
         return dataclasses.replace(self, **changes)
 
 
+def capacity_bytes(system: System):
+    """The HBM a device may use for the plan (the rest the runtime and fragmentation take)."""
+    return system.chip.hbm_bytes * system.chip.hbm_usable
+
+
 def present_in_domains(system: System) -> np.ndarray:
     """[D, K] int: the chips present in each device's domain at each level (its own domain's size;
     the last domain of a level holds what is left of the system)."""

@@ -11,7 +11,7 @@ from hypothesis import settings
 
 import perfmodel as pm
 from perfmodel import cache
-from perfmodel.analysis.sensitivity import _grad as _sensitivity_grad
+from perfmodel.analysis.leaves import log_gradient as _sensitivity_grad
 from perfmodel.evaluate import _evaluate
 
 # One compile cache for the run: both xdist workers, the notebooks' kernels and the CLI's subprocesses

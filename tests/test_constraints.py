@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import perfmodel as pm
 from perfmodel.cli import main
-from perfmodel.constraints import (Constraints, TableConstraint, as_constraints, from_torchrec, plan_violations,
-                                   resolve)
+from perfmodel.constraints import Constraints, TableConstraint, as_constraints, from_torchrec
+from perfmodel.plan import plan_violations, resolve
 from perfmodel.plan import SHARDING_TYPES, compute_kernel
 from perfmodel.search.instances import small_instance
 

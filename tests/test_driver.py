@@ -191,7 +191,7 @@ def test_first_order_estimates_are_the_gradient_times_each_moves_change():
     from perfmodel.search import firstorder as fo
     from perfmodel.search import moves as mv
     from perfmodel.search.problem import Problem
-    from perfmodel.search.relax import make_masks
+    from perfmodel.plan import make_masks
     from perfmodel.search.instances import synthetic_model
 
     # the large instance of tests/test_search.py and tests/reproduce.py: the search's programs for it,

@@ -194,7 +194,7 @@ def test_the_start_packed_on_the_guards_costs_keeps_grahams_bound(small_guard):
     then carries at most the mean plus the largest shard (Graham's bound for list scheduling)."""
     from perfmodel.search.guard import packed_start
     from perfmodel.search.problem import Problem
-    from perfmodel.search.relax import make_masks
+    from perfmodel.plan import make_masks
     system, model, _ = small_guard
     rng = np.random.default_rng(1)
     costs = rng.lognormal(0.0, 1.0, model.tables.count)

@@ -14,7 +14,7 @@ from perfmodel.search import descent as ds
 from perfmodel.search import moves as mv
 from perfmodel.search.pack import rebalance
 from perfmodel.search.problem import Problem
-from perfmodel.search.relax import make_masks
+from perfmodel.plan import make_masks
 from perfmodel.search.score import TIE, TIE_TAU, score_plans
 from perfmodel.workload import parse_model
 

@@ -67,7 +67,7 @@ def test_the_quick_compiled_relaxed_gradient_is_the_optimized_one(small_setup):
     import jax.numpy as jnp
 
     from perfmodel.search import adam
-    from perfmodel.search.relax import make_masks
+    from perfmodel.plan import make_masks
     system, model = small_setup
     masks = make_masks(system, model)
     params, state = adam.prepare(system, model, seed=0, restarts=8, warm=None)
@@ -180,9 +180,9 @@ def test_the_samplers_draw_each_allowed_choice_uniformly():
     equally often (1/6 each), a device it may not use never, and rows that sum to one."""
     import dataclasses
     import types
-    from perfmodel.constraints import unlimited
+    from perfmodel.plan import unlimited
     from perfmodel.plan import CW, TW
-    from perfmodel.search.baselines import table_rows
+    from perfmodel.plan import table_rows
 
     T, D, H, n = 2, 6, 2, 12000
     lim = unlimited(T, D, H)
@@ -293,7 +293,7 @@ def test_large_instance_search_starts_from_a_compound_move_that_leads():
     from perfmodel.search import compound as cp
     from perfmodel.search.instances import synthetic_model
     from perfmodel.search.problem import Problem
-    from perfmodel.search.relax import make_masks
+    from perfmodel.plan import make_masks
     from perfmodel.search.score import score_plans
     system, model = pm.load_system("h100-16"), synthetic_model(seed=1, num_tables=300, total_params=2e9)
     p = Problem(system, model, make_masks(system, model))

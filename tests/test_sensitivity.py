@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.analysis.sensitivity import format_sensitivity, leaf_info, sensitivity
+from perfmodel.analysis.leaves import leaf_info
+from perfmodel.analysis.sensitivity import format_sensitivity, sensitivity
 from perfmodel.analysis.table import columns
 
 from conftest import step_fn

@@ -40,9 +40,10 @@ from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
-from ..plan import PlanArrays, stack, to_arrays, validate_plan
+from ..plan import stack, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from . import knobs as K
+from .leaves import log_gradient, leaf_info
 from .planning import progress_text
 from .table import make_table
 
@@ -257,7 +258,7 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     order = K.order(names)
     perm = [names.index(n) for n in order]
     values = enc[:, perm]
-    K.check_values(order, values, base._replace(plan=_dummy_plan(system, model)))
+    K.check_values(order, values, base._replace(plan=to_arrays(stand_in(system, model), system, model)))
     if binding and len(values) > MAX_BINDING_POINTS:
         raise ConfigError("", "binding", f"takes one gradient per point, at most {MAX_BINDING_POINTS:,} points; "
                           f"this sweep has {len(values):,}")
@@ -329,8 +330,7 @@ def binding_of(system: System, model: RankingModel, plan) -> tuple[str, float]:
     """(the resource that bounds the step, its elasticity): of RESOURCES, the one whose leaves move the
     step most, |d log step / d log x| at this plan (the plan held: what a 1 % faster resource buys
     before any re-planning). "NIC" is the scale-out network (and scale-up where the NIC carries it)."""
-    from .sensitivity import _grad, leaf_info
-    _, grad = _grad(system, model, plan, "step_s")
+    _, grad = log_gradient(system, model, plan, "step_s")
     xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
     gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
     el = {}
@@ -345,7 +345,7 @@ def _plan_point(make, system, model, hw_names: list[str], row: list[float]):
     """(plan arrays, "") for one hardware/workload point, or (None, why) if its plan cannot be made.
     A module-level function of picklable arguments: it runs in worker processes and Ray tasks."""
     try:
-        st = K.prepare(hw_names, K.State(system, model, _dummy_plan(system, model)))
+        st = K.prepare(hw_names, K.State(system, model, to_arrays(stand_in(system, model), system, model)))
         st = K.apply(hw_names, st, [jnp.asarray(v, jnp.float32) for v in row])
         plan = make(st.system, st.model)
         validate_plan(plan, st.system, st.model)
@@ -367,20 +367,7 @@ def _replanned(system, model, order: list[str], values: np.ndarray, make, execut
                             executor, workers, ray_address, progress=progress_text(make))
     found = dict(zip(distinct, results))
     ok = [r[0] for r in results if r[0] is not None]
-    spare = ok[0] if ok else _dummy_plan(system, model)
+    spare = ok[0] if ok else to_arrays(stand_in(system, model), system, model)
     plans = [found[k][0] if found[k][0] is not None else spare for k in keys]
     errors = np.asarray([found[k][1] for k in keys], dtype=object)
     return stack(plans), errors
-
-
-def _dummy_plan(system: System, model: RankingModel) -> PlanArrays:
-    """A placeholder PlanArrays (all tables data-parallel) for knobs that touch only hardware/workload."""
-    T, D, L = model.tables.count, system.num_chips, system.domain_size
-    H = system.num_domains
-    z = lambda *s: jnp.zeros(s, jnp.float32)
-    one = lambda n, i=0: jax.nn.one_hot(i, n)
-    return PlanArrays(shard_type=jnp.tile(one(5), (T, 1)), placement=z(T, D) + 1.0 / D,
-                      domain_placement=z(T, H) + 1.0 / H, cw_shards=z(T) + 1, cache_ratio=z(T) + 1,
-                      dense_mode=one(3), algorithm=jnp.tile(one(4, 1), (4, 1)), a2a_precision=one(3),
-                      grad_precision=one(3), offload=jnp.ones(()), pipeline=jnp.ones(()),
-                      grad_buckets=jnp.ones(()), overlap_chunks=jnp.ones(()))

@@ -9,7 +9,6 @@ buffers       the all-to-all send and receive buffers, and one gradient bucket
 
 from __future__ import annotations
 
-from ..hardware import System
 from ..workload import RankingModel
 
 
@@ -21,7 +20,3 @@ def activation_bytes(model: RankingModel, local_batch, pooled_per_sample):
     d = model.dense
     saved = (d.m * d.n + 0.5 * d.elementwise).sum() * model.activation_bytes
     return local_batch * (saved + pooled_per_sample * 4.0 * 2.0)
-
-
-def capacity_bytes(system: System):
-    return system.chip.hbm_bytes * system.chip.hbm_usable

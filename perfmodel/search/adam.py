@@ -18,7 +18,8 @@ from ..evaluate import _evaluate
 from ..hardware import System
 from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
 from ..workload import RankingModel
-from .relax import Masks, SoftParams, init_params, soft_arrays
+from ..plan import Masks
+from .relax import SoftParams, init_params, soft_arrays
 
 SMOOTH = 0.02            # relative temperature of the smooth max in the relaxed schedule
 PENALTY = 10.0

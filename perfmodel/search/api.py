@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import ConfigError
-from ..constraints import as_constraints, model_constraints, plan_violations, resolve as resolve_limits
+from ..constraints import as_constraints, model_constraints
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
 from ..hardware import System
-from ..plan import PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, validate_plan
+from ..plan import (NEG, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, make_masks, plan_violations,
+                    resolve as resolve_limits, validate_plan)
 from ..workload import RankingModel
 from .codesign import co_design as run_co_design, knob_spec
 from .driver import Budget, run
@@ -35,7 +36,6 @@ from .methods import METHODS, SAMPLERS, is_method, method as make_method
 from .pipeline import Options
 from .problem import Problem
 from .progress import Progress
-from .relax import NEG, make_masks
 
 # Rounds a search takes by default ("auto"): ROUND_WORK / (tables x devices), within [100, 3000]. A
 # round's cost grows with the plans' arrays, so this keeps a default search to about a minute on a

@@ -19,57 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import CW, DP, PlanArrays
-from .relax import Masks
-from .score import TABLE_FIELDS
-
-FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name != "row_shards")   # None in a search's plans
-
-
-def table_rows(rng: np.random.Generator, masks: Masks, t: np.ndarray, H: int) -> dict:
-    """Fresh table rows (TABLE_FIELDS, each [len(t), ...]) for the tables t: a uniform allowed
-    sharding type; table-wise on a uniform allowed device, column-wise on k of them (k the fewest
-    shards allowed: 2 unless a constraint says otherwise); a uniform allowed domain; the cache ratio
-    a fresh placement takes (constraints.Limits.target_cache)."""
-    lim, n = masks.limits, len(t)
-    pick = lambda ok: np.argmax(np.where(ok, rng.random(ok.shape, np.float32), -1.0), axis=-1)   # uniform in ok
-    st = pick(np.asarray(masks.types)[t] > -1)
-    k = np.where(st == CW, np.argmax(np.asarray(masks.shards)[t] > 0, axis=-1), 1)
-    # k distinct devices among a table's allowed ones, uniformly: the i-th a uniform rank among the
-    # allowed devices not yet taken (its rank among all of them: one more for each taken one at or
-    # below it, in ascending order), in O(k^2) a row rather than a draw per device
-    allowed = np.asarray(lim.devices) > 0
-    count, devices = allowed.sum(axis=1)[t], np.argsort(~allowed, axis=1, kind="stable")[t]
-    rows, placement = np.arange(n), np.zeros((n, allowed.shape[1]), np.float32)
-    taken = np.zeros((n, 0), np.int64)
-    for i in range(int(k.max(initial=1))):
-        r = (rng.random(n) * np.maximum(count - i, 1)).astype(np.int64)
-        for below in np.sort(taken, axis=1).T:
-            r += r >= below
-        on = i < k
-        placement[rows[on], devices[rows[on], np.minimum(r[on], allowed.shape[1] - 1)]] = 1.0 / k[on]
-        taken = np.concatenate([taken, r[:, None]], axis=1)
-    return dict(shard_type=np.eye(5, dtype=np.float32)[st], placement=placement,
-                domain_placement=np.eye(H, dtype=np.float32)[pick(np.asarray(lim.domains)[t] > 0)],
-                cw_shards=k.astype(np.float32),
-                cache_ratio=np.where(st == DP, 1.0, np.asarray(lim.target_cache())[t]).astype(np.float32))
-
-
-def sample_plans(rng: np.random.Generator, p, n: int) -> PlanArrays:
-    """n random discrete plans (one-hot PlanArrays, numpy) over the allowed choices: table_rows for
-    every table, uniform allowed settings."""
-    m = p.masks
-    flat = table_rows(rng, m, np.tile(np.arange(p.T), n), p.H)
-    rows = {f: x.reshape((n, p.T) + x.shape[1:]) for f, x in flat.items()}
-    one = lambda mask, shape: np.eye(shape[-1], dtype=np.float32)[
-        np.argmax(np.where(np.asarray(mask) > -1, rng.random(shape), -1.0), axis=-1)]
-    return PlanArrays(
-        **rows, dense_mode=one(m.dense, (n, 3)), algorithm=one(m.algos, (n, 4, 4)),
-        a2a_precision=one(m.a2a, (n, 3)), grad_precision=one(m.grad, (n, 3)),
-        offload=((rng.random(n) < 0.5) * float(np.asarray(m.engines))).astype(np.float32),
-        pipeline=(rng.random(n) < 0.5).astype(np.float32),
-        grad_buckets=(2.0 ** rng.integers(0, 6, n)).astype(np.float32),
-        overlap_chunks=(2.0 ** rng.integers(0, 4, n)).astype(np.float32))
+from ..plan import FIELDS, TABLE_FIELDS, PlanArrays, sample_plans, table_rows
 
 
 def children(rng: np.random.Generator, p, pop: PlanArrays, fit: np.ndarray, n: int, rate: float) -> PlanArrays:
@@ -126,7 +76,7 @@ class Random:
         return Sampled(seed=seed)
 
     def step(self, p, s: Sampled, budget) -> Sampled:
-        batch = sample_plans(s.rng, p, p.max_batch)
+        batch = sample_plans(s.rng, p.masks, p.max_batch)
         sc = p.pairs(batch)[0]
         j = int(np.argmin(sc))
         better = sc[j] < s.best
@@ -158,7 +108,7 @@ class Evolutionary(Random):
     def init(self, p, seed, budget):
         n = p.max_batch
         s = Sampled(seed=seed)
-        pop = sample_plans(s.rng, p, n)
+        pop = sample_plans(s.rng, p.masks, n)
         for i, plan in enumerate(self.seeds[:n]):
             for f in FIELDS:
                 getattr(pop, f)[i] = np.asarray(getattr(plan, f))

@@ -19,9 +19,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..cache import jit
-from ..plan import CW, DENSE_MODES, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan
+from ..plan import CW, DENSE_MODES, DP, RW, SETTING_FIELDS, SHARDING_TYPES, TW, TWRW, Plan, PlanArrays, TablePlan, build
 from .problem import GROUP_MAX, Problem, fill
-from .score import SETTING_FIELDS, host, in_batches, pad
+from .score import host, in_batches, pad
 
 def groups_batch(pa: PlanArrays, types, doms, changed, partner, width, dense, xp=None):
     """Batch of plans, each `pa` with the tables where changed[i] is set made type types[i]:
@@ -40,17 +40,17 @@ def groups_batch(pa: PlanArrays, types, doms, changed, partner, width, dense, xp
     w = xp.maximum(width, 1)[:, None, None]   # (padded rows of a batch may hold width 0)
     dev = xp.arange(D)
     block = ((dev >= doms[..., None]) & (dev < doms[..., None] + w)).astype(np.float32) / w.astype(np.float32)
-    return PlanArrays(
+    return build(dict(
         shard_type=xp.where(c, onehot(types, 5), one(pa.shard_type)),
         placement=xp.where(c, xp.where(split, xp.where((partner >= 0)[..., None], halves, block), np.float32(1.0 / D)),
                            one(pa.placement)),
         domain_placement=xp.where(c, rows, one(pa.domain_placement)),
         cw_shards=xp.where(changed, xp.where(types == CW, w[:, :, 0].astype(np.float32), np.float32(1.0)),
                            one(pa.cw_shards)),
-        cache_ratio=xp.where(changed & (types == DP), np.float32(1.0), one(pa.cache_ratio)),
+        cache_ratio=xp.where(changed & (types == DP), np.float32(1.0), one(pa.cache_ratio))), dict(
         dense_mode=xp.where((dense >= 0)[:, None], onehot(xp.maximum(dense, 0), len(DENSE_MODES)), one(pa.dense_mode)),
         **{f: xp.broadcast_to(one(getattr(pa, f)), (len(types),) + np.shape(getattr(pa, f)))
-           for f in SETTING_FIELDS if f != "dense_mode"})
+           for f in SETTING_FIELDS if f != "dense_mode"}))
 
 
 def _groups_in_program(pa, types, doms, changed, partner, width, dense):

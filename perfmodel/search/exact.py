@@ -67,7 +67,7 @@ def _linear_parts(system, model, pa0, a2a_b, grad_b):
 
 def admits(system: System, model: RankingModel, limits, constraints=None) -> None:
     """Refuse constraints the subproblem cannot keep: a table that may not be table_wise, or not in
-    HBM (cache ratio 1). Pinned ranks it keeps (constraints.Limits.devices)."""
+    HBM (cache ratio 1). Pinned ranks it keeps (plan.Limits.devices)."""
     from ..plan import TW
     for t, name in enumerate(model.tables.names):
         if limits.types[t, TW] <= 0 or limits.fused[t] <= 0:

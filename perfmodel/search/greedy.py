@@ -28,11 +28,10 @@ from ..cache import jit
 from ..config import ConfigError, fmt_bytes
 from ..cost.arrays import as_numpy, xp_of
 from ..cost.embedding import table_seconds
-from ..cost.memory import activation_bytes, capacity_bytes, dense_state_bytes
-from ..hardware import System, link_bandwidths
+from ..cost.memory import activation_bytes, dense_state_bytes
+from ..hardware import System, capacity_bytes, link_bandwidths
 from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
-                    domain_ranks,
-                    plan_arrays)
+                    cw_options, domain_ranks, plan_arrays)
 from ..workload import RankingModel
 from .score import INFEASIBLE, eager, score_settings
 
@@ -241,7 +240,7 @@ def _choices(masks, dim, D: int, H: int) -> tuple[np.ndarray, _Allowed]:
     """[T, 5] the sharding types greedy may use and the rest of what it may choose (_Allowed)."""
     T = len(dim)
     if masks is None:
-        cw = [[c for c in range(2, min(D, int(d) // MIN_CW_DIM) + 1) if d % c == 0] for d in dim]
+        cw = [cw_options(int(d), D) for d in dim]
         return (np.ones((T, 5), bool),
                 _Allowed(cw, np.ones((T, D)), np.ones((T, H)), np.full(T, MIN_CW_DIM), None))
     lim = masks.limits

@@ -37,11 +37,10 @@ import numpy as np
 from ..cost.arrays import as_numpy, xp_of
 from ..config import ConfigError, Num, check_number, read_file
 from ..hardware import System, _pytree, static
-from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, plan_arrays, stack
+from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, cw_options, plan_arrays, stack
 from ..workload import RankingModel
 from .pack import rebalance
 from ..schema import GUARD
-from .relax import cw_options
 
 UNPRICED = 1e9           # seconds: the cost of a shard the guard has no figure for (never under a cap)
 MAX_S = 1e6              # seconds: the largest cost or cap a guard takes (assumed: no step costs 11 days)

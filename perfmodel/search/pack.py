@@ -26,8 +26,7 @@ import numpy as np
 
 from ..cache import jit
 from ..cost.embedding import table_seconds
-from ..cost.memory import capacity_bytes
-from ..hardware import System
+from ..hardware import System, capacity_bytes
 from ..plan import Plan
 from ..workload import RankingModel
 

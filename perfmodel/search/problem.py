@@ -15,11 +15,9 @@ import numpy as np
 
 from ..cost.arrays import as_numpy
 from ..hardware import System
-from ..constraints import TOL
-from ..plan import CW, DP, TW, TWRW, Plan, domain_ranks, plan_arrays, stack
+from ..plan import CW, DP, TWRW, Masks, Plan, admissible, domain_ranks, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
-from .relax import Masks
 
 GROUP_MAX = 32        # compound moves on large instances: up to this many tables at once
 CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
@@ -35,7 +33,7 @@ class Problem:
     guard: object = None                 # guard.ShardCosts: plans over its cap score as infeasible
     freeze_settings: bool = False
     max_batch: int = 0                   # plans per scoring call (0: score.batch_size)
-    limits: object = None                # constraints.Limits: plans that break them score as VIOLATED
+    limits: object = None                # plan.Limits: plans that break them score as VIOLATED
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -131,20 +129,8 @@ class Problem:
         return self.scores(stack([self.arrays(p) for p in plans]))
 
     def admissible(self, c: dict) -> tuple[dict, np.ndarray]:
-        """The table moves c (moves.COLUMNS) that keep the constraints, each cache ratio made one they
-        allow (the nearest), and which rows those are."""
-        keep = np.ones(len(c["t"]), bool)
-        if self.limits is None:
-            return c, keep
-        lim, t, st, cache = self.limits, c["t"], c["st"], c["cache"]
-        fused, caching, lo, hi = lim.fused[t] > 0, lim.caching[t] > 0, lim.cache_lo[t], lim.cache_hi[t]
-        ok = np.where(cache >= 1.0 - TOL, fused, caching & (cache >= lo - TOL) & (cache <= hi + TOL))
-        cache = np.where(st == DP, 1.0, np.where(ok, cache, np.where(caching, np.clip(cache, lo, hi), 1.0)))
-        devs = c["devs"]
-        on = np.where(devs >= 0, lim.devices[t[:, None], np.maximum(devs, 0)] > 0, True).all(axis=1)
-        keep = ((lim.types[t, st] > 0) & (on | ~np.isin(st, (TW, CW)))
-                & ((st != TWRW) | (lim.domains[t, c["dom"]] > 0)) & ((st != CW) | (lim.shards[t, c["k"]] > 0)))
-        return {k: v[keep] for k, v in dict(c, cache=cache).items()}, keep
+        """The table moves c (moves.COLUMNS) that keep the constraints (plan.limits.admissible)."""
+        return admissible(self.limits, c)
 
     def with_settings_of(self, base: Plan):
         """plan -> plan with `base`'s settings when the settings are frozen (else as it is)."""

@@ -10,7 +10,6 @@ devices of load / mean load, which still falls when one of the tied devices is r
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +20,7 @@ from ..cost.arrays import as_numpy, xp_of
 from ..cost.smooth import logsumexp
 from ..evaluate import _step_model
 from ..hardware import System
-from ..plan import PlanArrays, settings_arrays
+from ..plan import TABLE_FIELDS, PlanArrays, build, settings_arrays
 from ..workload import RankingModel
 
 INFEASIBLE = 1e6      # seconds: a score floor for plans over memory capacity
@@ -66,11 +65,11 @@ def spread(per_device):
 
 
 def constrained(score, pa, limits):
-    """A score with a plan that breaks the constraints (constraints.Limits; None: none) floored at
+    """A score with a plan that breaks the constraints (plan.Limits; None: none) floored at
     VIOLATED x (1 + how far it breaks them), so that every plan that keeps them beats it."""
     if limits is None:
         return score
-    from ..constraints import violations
+    from ..plan import violations
     bad = violations(pa, limits)
     return xp_of(score).where(bad > 1e-4, VIOLATED * (1.0 + bad), score)
 
@@ -78,7 +77,7 @@ def constrained(score, pa, limits):
 def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
     """(score, tie-broken score, Breakdown, resource loads [R, D]) of one plan (a batch in numpy).
     With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
-    per-device sums are one more resource; with limits (constraints.Limits), a plan that breaks them
+    per-device sums are one more resource; with limits (plan.Limits), a plan that breaks them
     scores VIOLATED or more. tau > 0: the smooth evaluation (first-order estimates)."""
     bd, emb = _step_model(system, model, pa, tau)
     per_device = loads(bd, emb)
@@ -180,18 +179,13 @@ def host(x, dtype=None) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- setting variants of one plan
-TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
-# row_shards is neither: plans a search makes leave it None (row_wise spans every device)
-SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS + ("row_shards",))
-
-
 def with_settings(pa: PlanArrays, settings: dict, xp=jnp):
     """Batch of plans: `pa`'s tables with each row of `settings` (the settings leaves of PlanArrays,
     plan.settings_arrays, stacked). xp: jax.numpy (in a compiled program, where the tables are
     broadcast rather than sent once per plan) or numpy."""
     n = len(settings["offload"])
-    return PlanArrays(**settings, **{f: xp.broadcast_to(getattr(pa, f)[None], (n,) + np.shape(getattr(pa, f)))
-                                     for f in TABLE_FIELDS})
+    return build({f: xp.broadcast_to(getattr(pa, f)[None], (n,) + np.shape(getattr(pa, f))) for f in TABLE_FIELDS},
+                 settings)
 
 
 def _settings_in_program(pa: PlanArrays, settings: dict):
