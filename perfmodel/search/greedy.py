@@ -33,9 +33,9 @@ from ..hardware import System, capacity_bytes, link_bandwidths
 from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
                     cw_options, domain_ranks, plan_arrays)
 from ..workload import RankingModel
+from .pack import HEADROOM
 from .score import INFEASIBLE, eager, score_settings
 
-HEADROOM = 0.9         # fraction of the remaining HBM budget the packer fills
 
 
 def _inputs_of(system: System, model: RankingModel, shards):

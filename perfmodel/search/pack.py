@@ -31,7 +31,7 @@ from ..plan import Plan
 from ..workload import RankingModel
 
 _table_seconds = jit(table_seconds, export=True)   # one program, not some fifteen op-by-op compiles
-HEADROOM = 0.9         # fraction of HBM left for embeddings that the packer may fill
+HEADROOM = 0.9         # fraction of the HBM left for embeddings that a packer (this one, greedy's) may fill
 
 
 def rebalance(system: System, model: RankingModel, plan: Plan, memory_bytes: np.ndarray, guard=None) -> Plan:
