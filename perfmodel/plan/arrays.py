@@ -34,7 +34,7 @@ class PlanArrays:
       cw_shards  [T]      column-wise shard count k (the shard's row is dim / k wide)
       cache_ratio [T]     fraction of the table's shard kept in HBM; the rest lives in host DRAM
       dense_mode [3]      probabilities over DENSE_MODES
-      algorithm  [4, 4]   per collective kind (COLLECTIVES), probabilities over ALGORITHMS
+      algorithm  [C, A]   per collective kind (COLLECTIVES), probabilities over ALGORITHMS
       a2a_precision, grad_precision [3]  probabilities over PRECISIONS
       offload, pipeline   in [0, 1]: collectives on the offload engines; sparse-dist pipelining
       grad_buckets, overlap_chunks  >= 1
