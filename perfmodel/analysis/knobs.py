@@ -156,9 +156,15 @@ def _shared(st: State) -> bool:
     return bool(st.system.nic.serves_scale_up)
 
 
+def scale_out_Bps(system: System):
+    """The NIC's nominal scale-out bandwidth per chip (its ports, less the scale-up share on a NIC that
+    carries both; a PCIe cap in front of it is not counted): traceable."""
+    tot = system.nic.active_ports * system.nic.port_Bps
+    return (1.0 - system.nic.scale_up_fraction) * tot if system.nic.serves_scale_up else tot
+
+
 def _get_out(st: State):
-    tot = _nic_total(st)
-    return float((1.0 - st.system.nic.scale_up_fraction) * tot if _shared(st) else tot) / GBPS
+    return float(scale_out_Bps(st.system)) / GBPS
 
 
 def _set_out(st: State, v):

@@ -3,9 +3,12 @@
 Knobs
   nic_split      share of the NIC bandwidth on scale-up, on chips whose NICs carry both (MTIA 300,
                  Gaudi 3); objective: step time
-  scale_out_bw   scale-out bandwidth per chip (bytes/s), priced: chip $/h + price x GB/s
+  scale_out_bw   the NIC's scale-out bandwidth per chip (GB/s), priced: chip $/h + price x GB/s
                  (assumed 0.0025 $ per GB/s-hour: a 400 Gb/s NIC and switch port, ~3,000 $,
-                 amortized over 3 years); objective: cost per sample
+                 amortized over 3 years); objective: cost per sample. A PCIe link in front of
+                 the NIC still caps what it carries (bandwidth beyond it is paid for and unused)
+Each knob is read and set by the analysis knob a sweep of it uses (analysis.knobs), so a sweep and a
+co-design of the same knob change the same hardware.
 Method: alternate (1) the plan search at the current knob value and (2) a vectorized scan of the knob
 over its range with the plan fixed (one vmapped call of the objective and its jax.grad, compiled
 once), until the knob stops moving or the budget is spent; report the chosen value, the preset
@@ -25,7 +28,7 @@ import numpy as np
 from ..cache import jit
 from ..config import ConfigError
 from ..evaluate import _evaluate
-from ..hardware import System, link_bandwidths
+from ..hardware import System
 from ..plan import to_arrays
 from ..workload import RankingModel
 
@@ -34,8 +37,11 @@ KNOBS = ("nic_split", "scale_out_bw")
 
 
 @dataclass(frozen=True)
-class Knob:
+class KnobRange:
+    """A co-design knob: the analysis knob (analysis.knobs) that sets it, the range the scan covers and
+    the objective it is chosen for."""
     name: str
+    setter: str          # the analysis knob that reads and writes it, in the unit below
     unit: str
     lo: float
     hi: float
@@ -43,40 +49,40 @@ class Knob:
     metric: str
 
 
-def knob_spec(name: str, system: System) -> Knob:
+def knob_spec(name: str, system: System) -> KnobRange:
     if name == "nic_split":
         if not system.nic.serves_scale_up:
             raise ConfigError("", "co_design", f"nic_split needs a chip whose NICs carry scale-up too (e.g. "
                               f"mtia300, gaudi3); {system.chip.name}'s scale-up is a separate link")
-        return Knob(name, "fraction of NIC bandwidth on scale-up", 0.05, 0.95, False, "step_s")
+        return KnobRange(name, "nic_scale_up_fraction", "fraction of NIC bandwidth on scale-up", 0.05, 0.95, False,
+                         "step_s")
     if name == "scale_out_bw":
-        return Knob(name, "GB/s per chip", 12.5, 800.0, True, "usd_per_million_samples")
+        return KnobRange(name, "scale_out_bandwidth_GBps", "GB/s per chip", 12.5, 800.0, True,
+                         "usd_per_million_samples")
     raise ConfigError("", "co_design", f"is {name!r}; allowed: {', '.join(KNOBS)}")
 
 
+def _setter(name: str):
+    from ..analysis import knobs      # the one setter of each hardware knob (analysis imports the search)
+    return knobs, knobs.knob({"nic_split": "nic_scale_up_fraction", "scale_out_bw": "scale_out_bandwidth_GBps"}[name])
+
+
 def read_knob(name: str, system: System) -> float:
-    if name == "nic_split":
-        return float(system.nic.scale_up_fraction)
-    return float(link_bandwidths(system)[1]) / 1e9
+    K, kn = _setter(name)
+    return float(kn.get(K.State(system, None, None)))
 
 
 def set_knob(name: str, system: System, value) -> System:
-    """The system with the knob at `value` (traceable: value may be a JAX scalar)."""
-    nic = system.nic
-    if name == "nic_split":
-        return dataclasses.replace(system, nic=dataclasses.replace(nic, scale_up_fraction=jnp.asarray(value, jnp.float32)))
-    # scale-out bandwidth per chip, scale-up kept; the NIC is re-sized, the PCIe cap lifted to match
-    bw = jnp.asarray(value, jnp.float32) * 1e9
-    up, _ = link_bandwidths(system)
-    if nic.serves_scale_up:
-        total = up + bw
-        nic = dataclasses.replace(nic, scale_up_fraction=up / total, port_Bps=total / nic.active_ports,
-                                  pcie_Bps=jnp.maximum(nic.pcie_Bps, total))
-    else:
-        nic = dataclasses.replace(nic, port_Bps=bw / nic.active_ports, pcie_Bps=jnp.maximum(nic.pcie_Bps, bw))
-    base_usd = system.chip.usd_per_hour - PRICE_PER_GBPS_HOUR * link_bandwidths(system)[1] / 1e9
-    chip = dataclasses.replace(system.chip, usd_per_hour=base_usd + PRICE_PER_GBPS_HOUR * bw / 1e9)
-    return dataclasses.replace(system, nic=nic, chip=chip)
+    """The system with the knob at `value` (traceable: value may be a JAX scalar), set by the analysis
+    knob a sweep of it uses; scale-out bandwidth is priced too (chip $/h + price x GB/s of it)."""
+    K, kn = _setter(name)
+    value = jnp.asarray(value, jnp.float32)
+    out = kn.set(K.State(system, None, None), value).system
+    if name == "scale_out_bw":
+        before = K.scale_out_Bps(system) / 1e9
+        chip = dataclasses.replace(out.chip, usd_per_hour=out.chip.usd_per_hour + PRICE_PER_GBPS_HOUR * (value - before))
+        out = dataclasses.replace(out, chip=chip)
+    return out
 
 
 def _metric(bd, metric: str):
