@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError, preset_path, read_file
-from ..hardware import GBPS, TF, US, GB, System
+from ..hardware import GBPS, US, System
 from ..schema import CHIP, MODEL, MODEL_LEAVES, SYSTEM, SYSTEM_LEAVES, Field
 from ..plan import ALGORITHMS, ALLOWED_ALGORITHMS, DENSE_MODES, PRECISIONS, PlanArrays
 from ..workload import RankingModel
@@ -66,6 +66,8 @@ class Knob:
     choices: tuple[str, ...] | None = None           # categorical: values are these names
     applies: Callable[[State], str | None] | None = None   # None if it applies, else why not
     prepare: Callable[[State], State] | None = None  # concrete, once before a sweep
+    leaves: tuple[str, ...] = ()           # the System leaves it sweeps ("nic.port_Bps"; a level's by its
+                                           # link, "levels[scale_out].latency_s"), for the sensitivity table
 
     def allowed(self) -> str:
         if self.choices:
@@ -264,10 +266,12 @@ _BANDWIDTH = _bounds(CHIP["nic.pcie_bandwidth_GBps"])       # every link bandwid
 _SCALE = dict(lo=1e-6, hi=1e6)                             # a factor on table sizes (their own bounds apply)
 
 
-def _leaf(kind: str, name: str, unit: str, scale: float, doc: str, path: tuple[str, ...], **kw) -> "Knob":
-    """A knob that is one leaf of the System (path of attribute names) times a unit scale, within the
-    schema's bounds for that leaf."""
-    kw = {**_bounds(SYSTEM_LEAVES[".".join(path)], scale), **kw}
+def _leaf(kind: str, name: str, doc: str, path: tuple[str, ...], **kw) -> "Knob":
+    """A knob that is one leaf of the System (path of attribute names), in the unit and within the
+    bounds of the config field that sets it (schema)."""
+    f = SYSTEM_LEAVES[".".join(path)]
+    unit, scale = f.unit, f.scale
+    kw = {**_bounds(f, scale), "leaves": (".".join(path),), **kw}
     def get(st: State):
         obj = st.system
         for p in path:
@@ -295,43 +299,45 @@ def _registry() -> dict[str, Knob]:
         Knob("scale_up_bandwidth_GBps", H, "GB/s",
              "Per-chip, per-direction scale-up bandwidth: the dedicated link (NVLink) or, on a NIC that carries "
              "scale-up, its scale-up share with the scale-out bandwidth kept fixed.",
-             _get_up, _set_up, **_BANDWIDTH),
+             _get_up, _set_up, **_BANDWIDTH, leaves=("chip.scale_up_Bps",)),
         Knob("nic_bandwidth_GBps", H, "GB/s",
              "Total bandwidth of the chip's active NIC ports (ports x port bandwidth), the scale-up/scale-out "
              "split kept.",
              lambda st: float(_nic_total(st)) / GBPS,
-             lambda st, v: _nic(st, port_Bps=v * GBPS / st.system.nic.active_ports), **_BANDWIDTH),
+             lambda st, v: _nic(st, port_Bps=v * GBPS / st.system.nic.active_ports), **_BANDWIDTH,
+             leaves=("nic.port_Bps", "nic.active_ports")),
         Knob("nic_scale_up_fraction", H, "",
              "Share of the NIC bandwidth given to scale-up on a NIC that carries both (MTIA 300, Gaudi 3); the "
              "total stays. The GPU-like split of an H100 (450 GB/s NVLink, 50 GB/s NIC) is 0.9.",
              lambda st: float(st.system.nic.scale_up_fraction),
              lambda st, v: _nic(st, scale_up_fraction=v), **_bounds(CHIP["nic.scale_up_fraction"]),
-             applies=_only_shared),
+             applies=_only_shared, leaves=("nic.scale_up_fraction",)),
         Knob("nic_attach_pcie", H, "",
              "1: the NIC sits behind PCIe (bandwidth capped by pcie_bandwidth_GBps, pcie_latency_us added per "
              "message); 0: integrated in the package (DMA straight from HBM). Values in between blend linearly. "
              "An integrated NIC moved behind PCIe uses the chip's host PCIe link unless pcie_bandwidth_GBps is set.",
-             lambda st: float(st.system.nic.pcie), lambda st, v: _nic(st, pcie=v), hi=1.0),
-        _leaf(H, "pcie_bandwidth_GBps", "GB/s", GBPS, "Bandwidth of the PCIe link in front of a PCIe-attached NIC "
+             lambda st: float(st.system.nic.pcie), lambda st, v: _nic(st, pcie=v), hi=1.0, leaves=("nic.pcie",)),
+        _leaf(H, "pcie_bandwidth_GBps", "Bandwidth of the PCIe link in front of a PCIe-attached NIC "
               "(per direction); no effect while nic_attach_pcie = 0.", ("nic", "pcie_Bps")),
-        _leaf(H, "pcie_latency_us", "us", US, "Latency a PCIe-attached NIC adds to every network message.",
+        _leaf(H, "pcie_latency_us", "Latency a PCIe-attached NIC adds to every network message.",
               ("nic", "pcie_latency_s")),
-        _leaf(H, "nic_latency_us", "us", US, "NIC processing per message.", ("nic", "latency_s")),
-        _leaf(H, "nic_per_message_overhead_us", "us", US, "Host / proxy cost per network message "
+        _leaf(H, "nic_latency_us", "NIC processing per message.", ("nic", "latency_s")),
+        _leaf(H, "nic_per_message_overhead_us", "Host / proxy cost per network message "
               "(NCCL's proxy thread on a GPU host; MTIA's express doorbells make it small).", ("nic", "per_message_s")),
         Knob("scale_out_latency_us", H, "us", "Wire and switch latency of every scale-out network level "
              "(NIC, host and PCIe costs are separate knobs).",
              lambda st: _level_value(st, "scale_out", "latency_s") / US,
              lambda st, v: _levels(st, "scale_out", latency_s=v * US), **_bounds(SYSTEM["network.levels[].latency_us"]),
-             applies=_needs_level("scale_out")),
+             applies=_needs_level("scale_out"), leaves=("levels[scale_out].latency_s",)),
         Knob("scale_up_latency_us", H, "us", "Wire and switch latency of every scale-up network level.",
              lambda st: _level_value(st, "scale_up", "latency_s") / US,
              lambda st, v: _levels(st, "scale_up", latency_s=v * US), **_bounds(SYSTEM["network.levels[].latency_us"]),
-             applies=_needs_level("scale_up")),
+             applies=_needs_level("scale_up"), leaves=("levels[scale_up].latency_s",)),
         Knob("scale_out_oversubscription", H, "", "Oversubscription of every scale-out level (1 = non-blocking).",
              lambda st: _level_value(st, "scale_out", "oversubscription"),
              lambda st, v: _levels(st, "scale_out", oversubscription=v),
-             **_bounds(SYSTEM["network.levels[].oversubscription"]), applies=_needs_level("scale_out")),
+             **_bounds(SYSTEM["network.levels[].oversubscription"]), applies=_needs_level("scale_out"),
+             leaves=("levels[scale_out].oversubscription",)),
         # ---- offload engines and core-driven collectives
         Knob("offload_engines", H, "engines",
              "Collective-offload (message) engines per chip. 0: collectives are core-driven (they take "
@@ -339,35 +345,35 @@ def _registry() -> dict[str, Knob]:
              "of HBM traffic). A chip without engines gets MTIA 300's engine design (clock, reduce throughput, "
              "setup, messages in flight), and the plan made for it is switched to use them.",
              lambda st: float(st.system.offload.engines), lambda st, v: _off(st, engines=v),
-             **_bounds(CHIP["offload.engines"]), prepare=_prepare_engines),
-        _leaf(H, "engine_setup_us", "us", US, "Fixed cost of starting one collective on the offload engines.",
+             **_bounds(CHIP["offload.engines"]), prepare=_prepare_engines, leaves=("offload.engines",)),
+        _leaf(H, "engine_setup_us", "Fixed cost of starting one collective on the offload engines.",
               ("offload", "setup_s")),
         Knob("engine_reduce_GBps", H, "GB/s", "Reduction throughput of one offload engine while all run at once "
              "(clock x bytes per cycle).",
              lambda st: float(st.system.offload.clock_Hz * st.system.offload.reduce_bytes_per_cycle_all_busy) / GBPS,
              lambda st, v: _off(st, reduce_bytes_per_cycle_all_busy=v * GBPS / st.system.offload.clock_Hz),
              **_BANDWIDTH),
-        _leaf(H, "core_collective_compute_fraction", "", 1.0, "Share of the compute units a core-driven "
+        _leaf(H, "core_collective_compute_fraction", "Share of the compute units a core-driven "
               "collective occupies while it runs (NCCL: ~16 of 132 SMs).", ("chip", "core_compute_fraction")),
-        _leaf(H, "core_collective_hbm_multiplier", "", 1.0, "HBM bytes a core-driven collective moves per "
+        _leaf(H, "core_collective_hbm_multiplier", "HBM bytes a core-driven collective moves per "
               "network byte (2-3 for NCCL).", ("chip", "core_hbm_mult")),
         # ---- compute and memory
-        _leaf(H, "peak_bf16_TFLOPs", "TFLOP/s", TF, "Peak dense bf16 throughput.", ("chip", "peak_bf16_flops")),
-        _leaf(H, "peak_fp8_TFLOPs", "TFLOP/s", TF, "Peak dense fp8 throughput.", ("chip", "peak_fp8_flops")),
-        _leaf(H, "peak_fp32_TFLOPs", "TFLOP/s", TF, "Peak fp32 throughput.", ("chip", "peak_fp32_flops")),
-        _leaf(H, "matmul_efficiency_max", "", 1.0, "Fraction of peak a large GEMM reaches.",
+        _leaf(H, "peak_bf16_TFLOPs", "Peak dense bf16 throughput.", ("chip", "peak_bf16_flops")),
+        _leaf(H, "peak_fp8_TFLOPs", "Peak dense fp8 throughput.", ("chip", "peak_fp8_flops")),
+        _leaf(H, "peak_fp32_TFLOPs", "Peak fp32 throughput.", ("chip", "peak_fp32_flops")),
+        _leaf(H, "matmul_efficiency_max", "Fraction of peak a large GEMM reaches.",
               ("chip", "matmul_eff_max")),
-        _leaf(H, "hbm_bandwidth_GBps", "GB/s", GBPS, "Peak HBM bandwidth (achievable = x hbm_efficiency).",
+        _leaf(H, "hbm_bandwidth_GBps", "Peak HBM bandwidth (achievable = x hbm_efficiency).",
               ("chip", "hbm_Bps")),
-        _leaf(H, "hbm_capacity_GB", "GB", GB, "HBM capacity per chip (usable = x hbm_usable_fraction).",
+        _leaf(H, "hbm_capacity_GB", "HBM capacity per chip (usable = x hbm_usable_fraction).",
               ("chip", "hbm_bytes")),
-        _leaf(H, "launch_overhead_us", "us", US, "Fixed cost per kernel.", ("chip", "launch_s")),
-        _leaf(H, "host_link_bandwidth_GBps", "GB/s", GBPS, "Chip-to-host link (host-DRAM embeddings).",
+        _leaf(H, "launch_overhead_us", "Fixed cost per kernel.", ("chip", "launch_s")),
+        _leaf(H, "host_link_bandwidth_GBps", "Chip-to-host link (host-DRAM embeddings).",
               ("chip", "host_link_Bps")),
         # ---- cost and power
-        _leaf(H, "chip_usd_per_hour", "$/h", 1.0, "Price of one chip per hour (presets: placeholders).",
+        _leaf(H, "chip_usd_per_hour", "Price of one chip per hour (presets: placeholders).",
               ("chip", "usd_per_hour")),
-        _leaf(H, "host_power_W", "W", 1.0, "Power of one host, its accelerators included.", ("host_power_W",)),
+        _leaf(H, "host_power_W", "Power of one host, its accelerators included.", ("host_power_W",)),
         # ---- workload
         Knob("global_batch", W, "samples", "Samples per training step, over all chips.",
              lambda st: float(st.model.global_batch), lambda st, v: _model(st, global_batch=v),
