@@ -67,7 +67,7 @@ def system_flags(args, attr: str = "system") -> str:
 def check_plan_output(path) -> None:
     """A plan is written as JSON, which `--plan` reads back: a new .json file where one can be written."""
     if path is not None:
-        from .analysis.table import check_output
+        from .files import check_output
         check_output(path, (".json",), "plan JSON")
 
 

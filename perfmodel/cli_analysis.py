@@ -51,8 +51,8 @@ TABLE_FORMATS = (".csv", ".json")
 
 def _check_outputs(*outputs):
     """(path, kind) of each output ("table", "figure", "trace"; a path may be None): each a new file
-    of its kind that can be written, checked before any work (see table.check_output)."""
-    from .analysis.table import check_output
+    of its kind that can be written, checked before any work (see files.check_output)."""
+    from .files import check_output
     seen = set()
     for p, kind in outputs:
         if p is None:

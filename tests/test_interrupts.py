@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfmodel import interrupt
-from perfmodel.analysis.table import write_new
+from perfmodel.files import write_new
 
 REPO = Path(__file__).resolve().parents[1]
 PERFMODEL = Path(sys.executable).parent / "perfmodel"
@@ -64,7 +64,7 @@ SWALLOWED = """
 import sys, time
 from pathlib import Path
 from perfmodel import cli
-from perfmodel.analysis.table import write_new
+from perfmodel.files import write_new
 
 class Slow:
     def __del__(self):       # Python swallows (prints and ignores) an exception raised here
