@@ -454,6 +454,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the JSON results to this file (never overwrites)")
     args = ap.parse_args(argv)
     from .config import ConfigError, read_file
+    from .files import check_output, write_new
+    if args.out:
+        try:            # before minutes of compiling: the results are written only at the end
+            check_output(args.out, (".json",), "results JSON")
+        except ConfigError as err:
+            print(f"oracle: error: {err}", file=sys.stderr)
+            return 2
     m = re.match(r"^.+-(\d+)$", args.system)
     try:      # the chip count, read without JAX (loading a System would start JAX's backend)
         D = int(m.group(1)) if m else int(read_file(args.system).get("sizes", [0])[0])
@@ -477,12 +484,11 @@ def main(argv=None) -> int:
         print(f"oracle: error: {err}", file=sys.stderr)
         return 2
     if args.out:
-        from pathlib import Path
-        p = Path(args.out)
-        if p.exists():
-            print(f"oracle: error: {p}: exists already; choose another name", file=sys.stderr)
+        try:
+            write_new(args.out, json.dumps(results, indent=1) + "\n")
+        except ConfigError as err:
+            print(f"oracle: error: {err}", file=sys.stderr)
             return 2
-        p.write_text(json.dumps(results, indent=1) + "\n")
     if args.json:
         print(json.dumps(results, indent=1))
     elif args.run:

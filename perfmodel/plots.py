@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from .analysis import knobs as K
-from .analysis.table import check_new_file, check_output, columns
+from .analysis.table import columns
 from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown
+from .files import check_new_file, check_output, open_new
 from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices, sample_devices
 
 PHASE_COLORS = {
@@ -403,7 +404,7 @@ def figure_formats() -> tuple[str, ...]:
 
 
 def check_figure_path(path: str | Path) -> Path:
-    """ConfigError naming `path` unless a new figure can be written there (see table.check_output),
+    """ConfigError naming `path` unless a new figure can be written there (see files.check_output),
     in a format its suffix names."""
     return check_output(path, figure_formats(), "figure")
 
@@ -418,9 +419,13 @@ def save_figure(ax_or_fig, path: str | Path, overwrite: bool = False, dpi: int =
     if p.suffix.lower() not in figure_formats():
         raise ConfigError(str(p), "", f"is not a figure name: give one ending in {', '.join(figure_formats())}")
     if not overwrite:
-        check_new_file(p)
+        check_new_file(p)             # a refused name leaves the figure open, to be written elsewhere
     try:
-        fig.savefig(p, dpi=dpi, bbox_inches="tight")
+        if overwrite:
+            fig.savefig(p, dpi=dpi, bbox_inches="tight")
+        else:
+            with open_new(p, binary=True) as f:
+                fig.savefig(f, format=p.suffix.lower()[1:], dpi=dpi, bbox_inches="tight")
     except OSError as err:
         raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
     finally:

@@ -290,5 +290,5 @@ def _jsonable(args: dict) -> dict:
 
 def save_trace(trace: dict, path: str | Path) -> None:
     """Write a trace as JSON; never overwrites an existing file."""
-    from .analysis.table import write_new
+    from .files import write_new
     write_new(path, json.dumps(trace, allow_nan=False))    # JSON has no NaN: chrome_trace refuses one first

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import perfmodel as pm
-from perfmodel.cli import build_parser, load_system_arg, main
+from perfmodel.cli import build_parser, main
+from perfmodel.cli.args import load_system_arg
 from perfmodel.config import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data"

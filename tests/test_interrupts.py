@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfmodel import interrupt
-from perfmodel.analysis.table import write_new
+from perfmodel.files import write_new
 
 REPO = Path(__file__).resolve().parents[1]
 PERFMODEL = Path(sys.executable).parent / "perfmodel"
@@ -64,7 +64,8 @@ SWALLOWED = """
 import sys, time
 from pathlib import Path
 from perfmodel import cli
-from perfmodel.analysis.table import write_new
+from perfmodel.cli import evaluate
+from perfmodel.files import write_new
 
 class Slow:
     def __del__(self):       # Python swallows (prints and ignores) an exception raised here
@@ -78,7 +79,7 @@ def command(args):
     write_new(args.save_plan, "{}")
     return 0
 
-cli._cmd_evaluate = command
+evaluate._cmd_evaluate = command
 sys.exit(cli.main())
 """
 
@@ -112,13 +113,14 @@ POOL = """
 import sys
 from perfmodel import cli
 from perfmodel.analysis import executors
+from perfmodel.cli import evaluate
 import job
 
 def command(args):
     executors.run(job.job, [(sys.argv[-1], 0), (sys.argv[-1], 1)], workers=2)
     return 0
 
-cli._cmd_evaluate = command
+evaluate._cmd_evaluate = command
 sys.exit(cli.main())
 """
 

@@ -415,7 +415,7 @@ def test_a_search_cut_by_its_budget_says_how_to_finish_it(stopped):
     """Only a cut search depends on the machine's speed; its line says so and names the way out."""
     import types
 
-    from perfmodel.cli_search import search_status
+    from perfmodel.cli.search import search_status
     r = types.SimpleNamespace(stopped=stopped, iterations=564, notes={"phases": [{"name": "kicks", "rounds": 564,
                                                                                   "seconds": 60.0}]})
     text = search_status(r)

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import interrupt
-from ..config import ConfigError
+from ..files import write_new
 
 try:  # pandas is optional
     import pandas as _pd
@@ -69,53 +68,6 @@ def to_csv_text(table) -> str:
 
 def to_json_text(table) -> str:
     return json.dumps(records(table), indent=1)
-
-
-def check_new_file(path: str | Path) -> Path:
-    """Raise ConfigError naming `path` if it exists (results never overwrite a file) or its folder
-    does not."""
-    if str(path) == "":
-        raise ConfigError("", "path", "is empty; give a file name")
-    p = Path(path)
-    try:
-        if p.exists() or p.is_symlink():
-            raise ConfigError(str(p), "", "exists already; choose another name or remove it first")
-        folder = p.parent.is_dir()
-    except OSError as err:          # a name the OS refuses: too long, a bad byte
-        raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
-    if not folder:
-        raise ConfigError(str(p), "", f"its folder {str(p.parent)!r} does not exist")
-    return p
-
-
-def check_output(path: str | Path, formats: tuple[str, ...] = (), what: str = "file") -> Path:
-    """Raise ConfigError naming `path` unless a result can be written there as a new file, before
-    any work: it does not exist, its name ends in one of `formats` (when given: '.png', ...), its
-    folder exists, and the folder takes a new file (tried: the file is created and removed at once,
-    so no permission, a read-only file system or /proc fail here, not after a long search)."""
-    p = check_new_file(path)
-    if formats and p.suffix.lower() not in formats:
-        raise ConfigError(str(p), "", f"is not a {what} name this command writes: give a name ending in "
-                          f"{', '.join(formats)}")
-    try:
-        with p.open("x"):
-            pass
-        p.unlink()
-    except OSError as err:
-        raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
-    return p
-
-
-def write_new(path: str | Path, text: str) -> None:
-    """Write `text` to a file that must not exist yet (exclusive create: no race, no overwrite)."""
-    p = check_new_file(path)
-    try:
-        with p.open("x") as f, interrupt.writing(p):     # no result after a Ctrl-C, none half-written
-            f.write(text)
-    except FileExistsError:
-        raise ConfigError(str(p), "", "exists already; choose another name or remove it first") from None
-    except OSError as err:
-        raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
 
 
 def save_table(table, path: str | Path) -> None:

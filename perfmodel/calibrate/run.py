@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
+from ..files import check_output, open_new, write_new
 from ..hardware import System, load_system
 from .fit import errors, fit, split
 from .io import chip_toml
@@ -37,14 +38,7 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
     out = Path(out)
     if device != "local":
         raise ConfigError("", "device", f"is {device!r}; only 'local' is supported (run this on the machine to calibrate)")
-    for p in [out, *([Path(measurements_out)] if measurements_out else [])]:
-        try:
-            if p.exists():
-                raise ConfigError(str(p), "", "exists already; choose another name or remove it first")
-            if not p.parent.is_dir():
-                raise ConfigError(str(p), "", "cannot be written: its folder does not exist")
-        except OSError as err:            # a name the OS refuses (too long), before minutes of timing
-            raise ConfigError(str(p), "", f"cannot be written: {err.strerror or err}") from None
+    check_outputs(out, measurements_out)
     if grid not in GRIDS:
         raise ConfigError("", "grid", f"is {grid!r}; allowed: {', '.join(GRIDS)}")
     plat = jax.devices()[0].platform
@@ -93,7 +87,7 @@ def calibrate(out: str | Path, *, device: str = "local", base: str = "mtia300", 
         fitted["matmul_eff_max"] = "calibrated"
     stats = {"n_train": sum(m.train for m in fit_ms), "n_held_out": sum(not m.train for m in fit_ms), "errors": errs}
     text = chip_toml(out.stem, chip, family, name, date, command, fitted, stats, same_chip=peaks == "base")
-    out.write_text(text)
+    write_new(out, text)
     from ..hardware import load_chip
     load_chip(out)                           # the file is a valid chip preset
     report = {"device": name, "date": date, "dtype": dtype, "grid": grid, "base": family, "out": str(out),
@@ -114,9 +108,25 @@ def _families() -> list[str]:
     return preset_names("systems")
 
 
+def check_outputs(out, measurements_out=None) -> None:
+    """The chip TOML and the measurements' CSV, each a new file that can be written, checked before
+    minutes of timing (files.check_output)."""
+    outputs = [(out, (".toml",), "chip TOML")]
+    if measurements_out:
+        outputs.append((measurements_out, (".csv",), "measurements CSV"))
+    for p, formats, what in outputs:
+        try:                        # the missing folder in the words calibrate has always used
+            missing = not Path(p).parent.is_dir()
+        except OSError:             # a name the OS refuses: check_output names it
+            missing = False
+        if missing:
+            raise ConfigError(str(p), "", "cannot be written: its folder does not exist")
+        check_output(p, formats, what)
+
+
 def write_measurements(path, ms: list[Measurement], device: str, date: str) -> None:
     import csv
-    with open(path, "x", newline="") as f:
+    with open_new(path, newline="") as f:
         w = csv.writer(f)
         w.writerow(["kind", "name", "measured_s", "predicted_s", "reps", "split", "device", "date", "params",
                     "load_1min"])

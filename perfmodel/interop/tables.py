@@ -392,7 +392,7 @@ def import_tables(csv_path: str | Path, out: str | Path, *, dense: Any = "dlrm-d
                   global_batch: int | None = None, name: str | None = None, pooling_factors: Any = None,
                   command: str | None = None) -> RankingModel:
     """Write the model of a CSV of tables to `out` (a new .toml file; never overwritten) and return it."""
-    from ..analysis.table import check_output, write_new
+    from ..files import check_output, write_new
     check_output(out, (".toml",), "model TOML")
     tables = read_tables(csv_path, pooling_factors)
     data, origin = model_dict(tables, dense, global_batch, name or Path(csv_path).stem, str(csv_path))

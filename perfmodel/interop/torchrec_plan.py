@@ -211,5 +211,5 @@ def load_torchrec_plan(path: str | Path):
 
 def save_torchrec_plan(data: dict, path: str | Path) -> None:
     """Write the dict form as JSON to a new file (never overwrites)."""
-    from ..analysis.table import write_new
+    from ..files import write_new
     write_new(path, json.dumps(data, indent=1) + "\n")

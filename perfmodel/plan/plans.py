@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError, read_file
+from ..files import write_new
 from ..hardware import System
 from ..schema import PLAN
 from ..workload import RankingModel
@@ -52,7 +53,6 @@ class Plan:
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON. Refuses to overwrite an existing file (nothing a user wrote is lost),
         and a name the OS refuses, in one ConfigError."""
-        from ..analysis.table import write_new
         write_new(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def torchrec(self) -> dict[str, dict]:

@@ -211,6 +211,12 @@ def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:
     return ShardCosts.from_dict(system, model, read_file(path), src=str(path))
 
 
+def guard_line(name: str, path: str, value_s: float, cap_s: float, met: bool) -> str:
+    """One line on a plan's value under a guard (search --guard, evaluate --guard)."""
+    return (f"guard {name} ({path}): the plan's busiest device {value_s * 1e3:.4g} ms, cap {cap_s * 1e3:.4g} ms: "
+            f"{'met' if met else 'NOT met'}")
+
+
 def _number(x, src: str, field: str, scale: float, least: float = 0.0) -> float:
     """A cost or the cap, in seconds (`scale`: the file's unit), checked by config.check_number: finite,
     at least `least` seconds (the cap: MIN_CAP_S, so that float32 holds it, not 0) and at most MAX_S,

@@ -387,4 +387,6 @@ def format_steps(rep: dict, rows: bool = True) -> str:
 
 
 def save_results(rep: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(rep, indent=1) + "\n")
+    """Write the report as JSON to a new file (never overwrites)."""
+    from ..files import write_new
+    write_new(path, json.dumps(rep, indent=1) + "\n")

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import json
 
-from .cli import load_system_arg
-from .cli_analysis import add_planning, add_problem, executors_of, planner_of
-from .config import ConfigError
+from ..config import ConfigError
+from .args import add_planning, add_problem, executors_of, load_system_arg, planner_of
 
 
 # ------------------------------------------------------------------------------------------ sensitivity
 
 def _cmd_sensitivity(args) -> int:
-    from . import load_model
-    from .analysis.sensitivity import format_sensitivity, sensitivity
-    from .analysis.table import records
+    from .. import load_model
+    from ..analysis.sensitivity import format_sensitivity, sensitivity
+    from ..analysis.table import records
 
     if args.replan < 0:
         raise ConfigError("", "--replan", f"must be an integer >= 0 (parameters to re-search), got {args.replan}")
@@ -45,12 +44,12 @@ COMPARE_COLUMNS = (  # (header, SI column, scale to the unit shown, format)
 
 
 def _cmd_compare(args) -> int:
-    from . import evaluate, load_model, load_system
-    from .analysis import planning
-    from .analysis.attribution import attribute
-    from .analysis.readout import si_column
-    from .analysis.scaling import compare, distinct
-    from .analysis.table import columns
+    from .. import evaluate, load_model, load_system
+    from ..analysis import planning
+    from ..analysis.attribution import attribute
+    from ..analysis.readout import si_column
+    from ..analysis.scaling import compare, distinct
+    from ..analysis.table import columns
 
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not names:

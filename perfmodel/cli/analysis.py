@@ -1,7 +1,7 @@
-"""The trade-off subcommands of `perfmodel`: sweep, scaling, trace, plot (sensitivity and compare: cli_studies.py).
+"""The trade-off subcommands of `perfmodel`: sweep, scaling, trace, plot (sensitivity and compare: studies.py).
 
-Every output file (--out, --plot) must not exist yet: the command checks them all before it
-computes anything and stops with one line naming the file otherwise (exit code 2).
+Every output file (--out, --plot) must not exist yet: main() checks them all before the command
+computes anything and stops with one line naming the file otherwise (exit code 2; cli/io.py).
 
 sweep, scaling, trace and plot evaluate the plan `--plan` makes for each system or point: a search
 (the default; --iterations rounds, --seed), greedy, or a plan file; the plan is named in every
@@ -15,29 +15,17 @@ import json
 import sys
 import time
 
-from .cli import CHIPS_HELP, add_chips
-from .config import ConfigError
+from ..config import ConfigError
+from . import io
+from .args import CHIPS_HELP, add_chips, add_planning, add_problem, executors_of, load_system_arg, planner_of
 
 PLOT_KINDS = ("breakdown", "tradeoff", "scaling", "pareto", "timeline")
 DEFAULT_TRADEOFF = ["scale_out_bandwidth_GBps=12.5:400:12:log", "nic_attach_pcie=0,1", "offload_engines=0,16"]
 
 
-def _agg():
-    import matplotlib
-    matplotlib.use("Agg")
-
-
 def _load(args, system_attr: str = "system"):
-    from . import load_model
-    from .cli import load_system_arg
+    from .. import load_model
     return load_system_arg(args, system_attr), load_model(args.model)
-
-
-def _plan(args, system, model):
-    from . import default_plan, load_plan
-    if getattr(args, "plan", None) is None:
-        return default_plan(system, model)
-    return load_plan(args.plan, system, model)
 
 
 def _need(args, *names):
@@ -46,31 +34,9 @@ def _need(args, *names):
             raise ConfigError("", f"--{n.replace('_', '-')}", "is required")
 
 
-TABLE_FORMATS = (".csv", ".json")
-
-
-def _check_outputs(*outputs):
-    """(path, kind) of each output ("table", "figure", "trace"; a path may be None): each a new file
-    of its kind that can be written, checked before any work (see table.check_output)."""
-    from .analysis.table import check_output
-    seen = set()
-    for p, kind in outputs:
-        if p is None:
-            continue
-        if p in seen:
-            raise ConfigError(p, "", "is given twice as an output")
-        seen.add(p)
-        if kind == "figure":
-            _agg()
-            from .plots import check_figure_path
-            check_figure_path(p)
-        else:
-            check_output(p, TABLE_FORMATS if kind == "table" else (), kind)
-
-
 def _varies(specs) -> dict:
     """--vary NAME=VALUES, each knob once, as {name: values}."""
-    from .analysis import parse_vary
+    from ..analysis import parse_vary
     vary = {}
     for spec in specs:
         name, values = parse_vary(spec)
@@ -96,21 +62,6 @@ def _at_least_one(value: int, flag: str) -> None:
         raise ConfigError("", flag, f"must be an integer >= 1, got {value}")
 
 
-def planner_of(args):
-    """The Planner of --plan, --iterations and --seed."""
-    from .analysis.planning import planner
-    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
-
-
-def executors_of(args) -> dict:
-    """executor, workers and ray_address of --workers and --ray, checked before any work."""
-    from .analysis import executors
-    executors.check_workers(args.workers, "--workers")
-    if args.ray:
-        executors.check_address(args.ray, "--ray")
-    return dict(executor="ray" if args.ray else None, workers=args.workers, ray_address=args.ray)
-
-
 # ------------------------------------------------------------------------------------------ sweep
 
 SWEEP_COLUMNS = ["step_ms", "samples_per_s", "exposed_comm_ms", "interference_max_ms", "mfu", "memory_max_GB",
@@ -118,26 +69,25 @@ SWEEP_COLUMNS = ["step_ms", "samples_per_s", "exposed_comm_ms", "interference_ma
 
 
 def _sweep_metrics() -> tuple[str, ...]:
-    from .analysis.sweep import COLUMNS
+    from ..analysis.sweep import COLUMNS
     return tuple(c for c in COLUMNS if c != "feasible")
 
 
 def _failures(table, knob_names) -> list[str]:
     """'knob=value, ...: why' for every point of a sweep table that could not be evaluated."""
-    from .analysis.table import records
+    from ..analysis.table import records
     return [", ".join(f"{n}={r[n]}" for n in knob_names) + f": {r['error']}" for r in records(table) if r["error"]]
 
 
 def _cmd_sweep(args) -> int:
-    from .analysis import knobs, sweep
-    from .analysis.table import format_table, num_rows, records, save_table
+    from ..analysis import knobs, sweep
+    from ..analysis.table import format_table, num_rows, records
 
     if args.list_knobs:
         print(knobs.describe())
         return 0
     _need(args, "system", "model", "vary")
     vary = _varies(args.vary)
-    _check_outputs((args.out, "table"), (args.plot, "figure"))
     x = args.x or next(iter(vary))
     if x not in vary:
         raise ConfigError("", "--x", f"{x!r} is not one of the varied knobs ({', '.join(vary)})")
@@ -154,12 +104,12 @@ def _cmd_sweep(args) -> int:
     failed = _failures(table, list(vary))
     n = num_rows(table)
     if args.out:
-        save_table(table, args.out)
+        io.save_table(table, args.out)
     if args.plot:
-        from . import plots
+        from .. import plots
         ylabel = plots.METRIC_LABELS.get(args.y, (args.y,))[0].split(" [")[0]
         ax = plots.sweep_lines(table, x, args.y, title=f"{model.name} on {system.name}: {ylabel} vs {x}")
-        plots.save_figure(ax, args.plot)
+        io.save_figure(ax, args.plot)
     if args.json:
         print(json.dumps({"system": system.name, "model": model.name, "plan": make.label,
                           "rows": records(table)}, indent=1))
@@ -184,8 +134,8 @@ SCALING_COLUMNS = ["chips", "mode", "global_batch", "step_ms", "samples_per_s", 
 def _scaling_table(args, model, make, where: dict):
     """Strong, weak or both scaling tables of --system at --chips, as one table (sizes planned `where`)."""
     import numpy as np
-    from .analysis.scaling import scaling
-    from .analysis.table import columns, make_table
+    from ..analysis.scaling import scaling
+    from ..analysis.table import columns, make_table
     _need(args, "chips")
     chips = _ints(args.chips, "--chips", "chip counts")
     modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
@@ -194,16 +144,15 @@ def _scaling_table(args, model, make, where: dict):
 
 
 def _cmd_scaling(args) -> int:
-    from . import load_model
-    from .analysis.table import format_table, records, save_table
+    from .. import load_model
+    from ..analysis.table import format_table, records
 
-    _check_outputs((args.out, "table"))
     make = planner_of(args)
     where = executors_of(args)
     model = load_model(args.model)
     table = _scaling_table(args, model, make, where)
     if args.out:
-        save_table(table, args.out)
+        io.save_table(table, args.out)
     if args.json:
         print(json.dumps({"system": args.system, "model": model.name, "plan": make.label,
                           "rows": records(table)}, indent=1))
@@ -229,10 +178,9 @@ def _devices(args, system):
 
 
 def _cmd_trace(args) -> int:
-    from . import evaluate
-    from .trace import chrome_trace, save_trace
+    from .. import evaluate
+    from ..trace import chrome_trace
 
-    _check_outputs((args.out, "trace"))
     _at_least_one(args.max_devices, "--max-devices")
     make = planner_of(args)
     system, model = _load(args)
@@ -240,7 +188,7 @@ def _cmd_trace(args) -> int:
     bd = evaluate(system, model, make(system, model))
     tr = chrome_trace(bd, model, devices=devices, max_devices=args.max_devices,
                       title=f"{model.name} on {system.name}, plan: {make.label}")
-    save_trace(tr, args.out)
+    io.save_trace(tr, args.out)
     n = sum(1 for e in tr["traceEvents"] if e["ph"] == "X")
     print(f"wrote {args.out}: one step of {model.name} on {system.name} ({float(bd.step_s) * 1e3:.3f} ms, plan: "
           f"{make.label}), devices {tr['otherData']['shown_devices']} of {system.num_chips}, {n} slices; "
@@ -251,11 +199,10 @@ def _cmd_trace(args) -> int:
 # ------------------------------------------------------------------------------------------ plot
 
 def _cmd_plot(args) -> int:
-    _check_outputs((args.out, "figure"))
     _at_least_one(args.max_devices, "--max-devices")
-    from . import load_model, plots
-    from .analysis import sweep
-    from .analysis.scaling import compare, evaluate_systems
+    from .. import load_model, plots
+    from ..analysis import sweep
+    from ..analysis.scaling import compare, evaluate_systems
 
     kind = args.kind
     make = planner_of(args)
@@ -289,43 +236,18 @@ def _cmd_plot(args) -> int:
             ax = plots.scaling(_scaling_table(args, model, make, where),
                                title=f"{model.name} on {args.system.rsplit('-', 1)[0]}: scaling")
         else:  # timeline
-            from . import evaluate
+            from .. import evaluate
             system, _ = _load(args)
             devices = _devices(args, system)
             bd = evaluate(system, model, make(system, model))
             ax = plots.timeline(bd, devices=devices, max_devices=args.max_devices, model=model,
                                 title=f"{model.name} on {system.name}: one step (plan: {make.label})")
-    plots.save_figure(ax, args.out)
+    io.save_figure(ax, args.out)
     print(f"wrote {args.out}")
     return 0
 
 
 # ------------------------------------------------------------------------------------------ parser
-
-def add_planning(p, executors: bool = False) -> None:
-    """--plan, --iterations, --seed (and --workers, --ray where points are searched in parallel)."""
-    p.add_argument("--plan", help="search (default: a search per system or point), greedy, or a plan JSON (fixed; "
-                                  "it must fit every system)")
-    p.add_argument("--iterations", type=int, help="search rounds per system or point (default "
-                                                  "perfmodel.analysis.STUDY_ITERATIONS, 300)")
-    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
-    if executors:
-        p.add_argument("--workers", type=int,
-                       help="processes searching points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
-        p.add_argument("--ray", metavar="ADDRESS", help="search points on the Ray cluster at ADDRESS (host:port), or "
-                                                        "'local' to start one here with as many CPUs as --workers "
-                                                        "would give the pool (pip install 'perfmodel[distributed]')")
-
-
-def add_problem(p, executors: bool = False) -> None:
-    """The arguments that name one problem and its plan: --system (and --chips), --model, --chip,
-    then add_planning's (with --workers and --ray where `executors`)."""
-    p.add_argument("--system", required=True, help="system preset or TOML path")
-    add_chips(p)
-    p.add_argument("--model", required=True, help="model preset or TOML path")
-    p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    add_planning(p, executors)
-
 
 def register(sub) -> None:
     """Add sweep, scaling, trace and plot to the `perfmodel` subparsers."""
@@ -344,8 +266,8 @@ def register(sub) -> None:
                     help="a knob and its values, e.g. scale_out_bandwidth_GBps=25:400:16 (repeat for a grid)")
     sw.add_argument("--paired", action="store_true", help="pair the value lists (equal lengths) instead of a grid")
     add_planning(sw, executors=True)
-    sw.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
-    sw.add_argument("--plot", help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
+    io.add_output(sw, "--out", io.TABLE, help="write the table: .csv, or .json for records (never overwritten)")
+    io.add_output(sw, "--plot", io.FIGURE, help="write a plot (PNG/SVG/PDF) of --y against --x, a line per other knob value")
     sw.add_argument("--x", help="knob on the plot's x axis (default: the first --vary)")
     sw.add_argument("--y", default="step_ms", help="column on the plot's y axis (default step_ms)")
     sw.add_argument("--binding", action="store_true", help="add the resource that bounds each point's step (compute, "
@@ -364,7 +286,7 @@ def register(sub) -> None:
     sc.add_argument("--chips", required=True, help="chip counts, e.g. 16,64,256")
     sc.add_argument("--mode", default="both", choices=("strong", "weak", "both"), help="scaling mode (default both)")
     add_planning(sc, executors=True)
-    sc.add_argument("--out", help="write the table: .csv, or .json for records (never overwritten)")
+    io.add_output(sc, "--out", io.TABLE, help="write the table: .csv, or .json for records (never overwritten)")
     sc.add_argument("--json", action="store_true", help="print the table as JSON records")
     sc.set_defaults(func=_cmd_scaling)
 
@@ -373,7 +295,7 @@ def register(sub) -> None:
         description="Write one training step as a Chrome trace: a process per device (a sample when there are "
                     "many), threads for the compute stream, the communication stream and compute idle time.")
     add_problem(tr)
-    tr.add_argument("--out", required=True, help="trace JSON to write (never overwritten)")
+    io.add_output(tr, "--out", io.TRACE, required=True, help="trace JSON to write (never overwritten)")
     tr.add_argument("--devices", help="ranks to show, e.g. 0,7,63 (default: slowest, fastest, evenly spaced)")
     tr.add_argument("--max-devices", type=int, default=8, help="devices shown when sampling (default 8)")
     tr.set_defaults(func=_cmd_trace)
@@ -398,5 +320,5 @@ def register(sub) -> None:
     pl.add_argument("--x", choices=("usd", "power"), help="pareto: cost (usd, default) or power on the x axis")
     pl.add_argument("--devices", help="timeline: ranks to show")
     pl.add_argument("--max-devices", type=int, default=4, help="timeline: devices shown when sampling (default 4)")
-    pl.add_argument("--out", required=True, help="image to write (PNG, SVG or PDF; never overwritten)")
+    io.add_output(pl, "--out", io.FIGURE, required=True, help="image to write (PNG, SVG or PDF; never overwritten)")
     pl.set_defaults(func=_cmd_plot)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from . import io
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -21,13 +23,13 @@ def register(sub) -> None:
     p.add_argument("--pooling-factor", type=float, metavar="LOOKUPS",
                    help="mean lookups per sample of every feature whose row gives no pooling_factor")
     p.add_argument("--name", help="the model's name (default: the CSV's file name)")
-    p.add_argument("--out", required=True, metavar="PATH", help="model TOML to write (never overwrites)")
+    io.add_output(p, "--out", io.MODEL, required=True, metavar="PATH", help="model TOML to write (never overwrites)")
     p.set_defaults(func=_cmd_import_tables)
 
 
 def _cmd_import_tables(args) -> int:
-    from .config import ConfigError
-    from .interop.tables import import_tables, read_tables
+    from ..config import ConfigError
+    from ..interop.tables import import_tables, read_tables
     if args.pooling_factor is not None and not 1e-3 <= args.pooling_factor <= 1e5:
         raise ConfigError("", "--pooling-factor", f"must be a number of lookups per sample from 0.001 to 1e5, got "
                           f"{args.pooling_factor:g}")

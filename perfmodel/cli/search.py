@@ -7,10 +7,12 @@ from collections import Counter
 
 import numpy as np
 
-from .cli import add_chips, check_plan_output, load_system_arg, system_flags
-from .config import ConfigError
-from .constraints import for_command
-from .search.api import ITERATIONS, ROUND_WORK, default_iterations
+from ..config import ConfigError
+from ..constraints import for_command
+from ..search.api import ITERATIONS, ROUND_WORK, default_iterations
+from ..search.guard import guard_line
+from . import io
+from .args import add_chips, load_system_arg, maybe_empty, system_flags
 
 
 def register(sub) -> None:
@@ -39,7 +41,7 @@ def register(sub) -> None:
     budget.add_argument("--until-converged", action="store_true",
                         help="no budget at all: the gradient search runs every phase to its end; --compare's random and "
                         "evolutionary get the wall time it took")
-    p.add_argument("--compare", default="", help="comma-separated baselines to run with the same budget, "
+    p.add_argument("--compare", default="", type=maybe_empty, help="comma-separated baselines to run with the same budget, "
                    "e.g. greedy,random,evolutionary")
     p.add_argument("--precisions", default="fp32", help="precisions the all-to-all and gradient sync may use, "
                    "e.g. fp32,bf16 (lower precision changes the numerics; default fp32)")
@@ -52,7 +54,7 @@ def register(sub) -> None:
                    "sharding_types, compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks); they "
                    "replace the model file's own [constraints.<table>] table by table")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
-    p.add_argument("--out", help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
+    io.add_output(p, "--out", io.PLAN, help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
                    help="--out's form: perfmodel's plan (default), or TorchRec's sharding plan (every table's "
                    "ParameterSharding with its shards; pm.load_torchrec_plan reads it)")
@@ -64,12 +66,11 @@ def register(sub) -> None:
 
 
 def _cmd_search(args) -> int:
-    from . import load_model
-    from .report import format_per_rank, per_rank, summary
-    from .search.api import search
-    from .search.methods import METHODS, SAMPLERS, is_method
+    from .. import load_model
+    from ..report import format_per_rank, per_rank, summary
+    from ..search.api import search
+    from ..search.methods import METHODS, SAMPLERS, is_method
 
-    check_plan_output(args.out)            # before the search: it may run for its whole budget
     if args.torchrec_module is not None and args.format != "torchrec":
         raise ConfigError("", "--torchrec-module", "is for --format torchrec")
     system = load_system_arg(args)
@@ -91,7 +92,7 @@ def _cmd_search(args) -> int:
     precisions = tuple(p for p in args.precisions.split(",") if p)
     guard = None
     if args.guard:
-        from .search.guard import load_shard_costs
+        from ..search.guard import load_shard_costs
         if args.method != "gradient" or args.co_design:
             raise ConfigError("", "--guard", f"is for --method gradient without --co-design (got --method {args.method}"
                               f"{' --co-design ' + args.co_design if args.co_design else ''})")
@@ -110,11 +111,11 @@ def _cmd_search(args) -> int:
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
     if args.out is not None and args.format == "torchrec":
-        from .interop.torchrec_plan import DEFAULT_MODULE, save_torchrec_plan, torchrec_plan
-        save_torchrec_plan(torchrec_plan(chosen.plan, system, model,
+        from ..interop.torchrec_plan import DEFAULT_MODULE, torchrec_plan
+        io.save_torchrec_plan(torchrec_plan(chosen.plan, system, model,
                                          module_path=args.torchrec_module or DEFAULT_MODULE), args.out)
     elif args.out is not None:
-        chosen.plan.save(args.out)
+        io.save_plan(chosen.plan, args.out)
     if args.json:
         out = {"system": system.name, "model": model.name, "results": [{
             "method": r.method, "step_s": r.step_s, "samples_per_s": r.samples_per_s, "feasible": r.feasible,
@@ -171,12 +172,6 @@ def _cmd_search(args) -> int:
     elif args.out is not None:
         print(f"\nplan written to {args.out} (perfmodel evaluate {system_flags(args)} --model {args.model} --plan {args.out})")
     return 0
-
-
-def guard_line(name: str, path: str, value_s: float, cap_s: float, met: bool) -> str:
-    """One line on a plan's value under a guard (search --guard, evaluate --guard)."""
-    return (f"guard {name} ({path}): the plan's busiest device {value_s * 1e3:.4g} ms, cap {cap_s * 1e3:.4g} ms: "
-            f"{'met' if met else 'NOT met'}")
 
 
 def search_status(r) -> str:

@@ -1,0 +1,94 @@
+"""The `perfmodel` command line: main() parses the command and runs it; each family of commands is a
+module here, registered in FAMILIES below (their order is `perfmodel --help`'s).
+
+  evaluate.py      evaluate: one plan of one problem
+  housekeeping.py  list, cache, schema: the presets, the compile cache, the configuration reference
+  analysis.py      sweep, scaling, trace, plot: the model over a grid of knobs or a family's sizes, one
+                   step as a trace, and the figures of these
+  studies.py       sensitivity, compare: studies that answer with the plan each machine wants
+  search.py        search: find a plan, compare methods, co-design a hardware knob
+  tables.py        import-tables: a model file from a CSV of TorchRec-style tables
+  fidelity.py      validate, calibrate: the model against measurements
+  args.py          the arguments several commands share (--system, --chips, --plan, --workers, ...)
+  io.py            every result file a command writes, checked before the command runs
+
+A new study goes in studies.py (or analysis.py where it evaluates a grid or draws a figure); a new
+family of commands is a module with `register(subparsers)`, added to FAMILIES. A family module
+imports args and io, never another family. Its output flags are declared with io.add_output.
+
+A user's mistake ends in one line, `perfmodel: error: <file or argument>: field '<x>': <what is
+allowed>`, and exit code 2; Ctrl-C in one line and exit code 130. Any other exception is
+perfmodel's own fault and shows its traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import interrupt
+from ..cache import enable_compile_cache
+from ..config import QUIET, ConfigError
+from . import analysis, evaluate, fidelity, housekeeping, io, search, studies, tables
+from .args import Parser, refuse_empty
+
+FAMILIES = (evaluate, housekeeping, analysis, studies, search, tables, fidelity)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="perfmodel",
+        description="Differentiable performance model of distributed training for ranking models. "
+                    "Tables print times in ms or us, sizes in GB and bandwidths in GB/s, the unit in each "
+                    "column's name or beside each number; --json gives SI units (s, bytes, bytes/s, samples/s).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for family in FAMILIES:
+        family.register(sub)
+    for p in sub.choices.values():
+        if not any("--quiet" in a.option_strings for a in p._actions):
+            p.add_argument("--quiet", action="store_true", help="no progress on stderr (errors still print)")
+    return parser
+
+
+def _interrupted(whole_process: bool) -> int:
+    """Ctrl-C: one line and exit code 130 (128 + SIGINT). Results are written only at the end, so
+    nothing is left half-written. Work still running in other threads (an XLA compile cannot be
+    stopped) would hold the process until it ends, or crash it at the interpreter's shutdown: when
+    main() is the whole process (no argv: the console script, python -m perfmodel), the process ends now."""
+    if whole_process:
+        interrupt.exit_now()
+    print(interrupt.MESSAGE, file=sys.stderr)
+    return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:               # the whole process is the command: Ctrl-C at any moment (perfmodel/interrupt.py)
+        interrupt.install()
+    args = build_parser().parse_args(argv)
+    enable_compile_cache()
+    quiet_before = os.environ.get(QUIET)
+    if getattr(args, "quiet", False):      # read by every progress line, in this process and its workers
+        os.environ[QUIET] = "1"
+    try:
+        with interrupt.armed():
+            refuse_empty(args)
+            io.check_outputs(args)     # before the command's work: it may run for minutes
+            rc = args.func(args)
+            interrupt.check()      # a Ctrl-C that a callback swallowed is still an interrupt
+            sys.stdout.flush()     # inside the try: a reader gone shows here, not at exit
+        return rc
+    except ConfigError as err:
+        print(f"perfmodel: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return _interrupted(whole_process=argv is None)
+    except BrokenPipeError:        # the reader went away (`perfmodel search ... | head`): stop quietly
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush
+        except (OSError, ValueError, AttributeError):    # a stdout with no file descriptor (captured)
+            pass
+        return 141
+    finally:                   # main() called from Python (a test, a notebook) leaves the environment as it was
+        if quiet_before is None:
+            os.environ.pop(QUIET, None)
+        else:
+            os.environ[QUIET] = quiet_before
