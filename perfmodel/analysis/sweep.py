@@ -41,6 +41,7 @@ from ..config import ConfigError
 from ..evaluate import PHASES, Breakdown, evaluate, resolve
 from ..hardware import System, link_bandwidths
 from ..plan import PlanArrays, stack, to_arrays, validate_plan
+from ..schema import ALGORITHMS, COLLECTIVES
 from ..workload import RankingModel
 from . import knobs as K
 from .planning import progress_text
@@ -381,6 +382,6 @@ def _dummy_plan(system: System, model: RankingModel) -> PlanArrays:
     one = lambda n, i=0: jax.nn.one_hot(i, n)
     return PlanArrays(shard_type=jnp.tile(one(5), (T, 1)), placement=z(T, D) + 1.0 / D,
                       domain_placement=z(T, H) + 1.0 / H, cw_shards=z(T) + 1, cache_ratio=z(T) + 1,
-                      dense_mode=one(3), algorithm=jnp.tile(one(4, 1), (4, 1)), a2a_precision=one(3),
+                      dense_mode=one(3), algorithm=jnp.tile(one(len(ALGORITHMS), ALGORITHMS.index("direct")), (len(COLLECTIVES), 1)), a2a_precision=one(3),
                       grad_precision=one(3), offload=jnp.ones(()), pipeline=jnp.ones(()),
                       grad_buckets=jnp.ones(()), overlap_chunks=jnp.ones(()))

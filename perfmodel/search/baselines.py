@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import CW, DP, PlanArrays
+from ..schema import ALGORITHMS, COLLECTIVES
 from .relax import Masks
 from .score import TABLE_FIELDS
 
@@ -64,7 +65,7 @@ def sample_plans(rng: np.random.Generator, p, n: int) -> PlanArrays:
     one = lambda mask, shape: np.eye(shape[-1], dtype=np.float32)[
         np.argmax(np.where(np.asarray(mask) > -1, rng.random(shape), -1.0), axis=-1)]
     return PlanArrays(
-        **rows, dense_mode=one(m.dense, (n, 3)), algorithm=one(m.algos, (n, 4, 4)),
+        **rows, dense_mode=one(m.dense, (n, 3)), algorithm=one(m.algos, (n, len(COLLECTIVES), len(ALGORITHMS))),
         a2a_precision=one(m.a2a, (n, 3)), grad_precision=one(m.grad, (n, 3)),
         offload=((rng.random(n) < 0.5) * float(np.asarray(m.engines))).astype(np.float32),
         pipeline=(rng.random(n) < 0.5).astype(np.float32),
