@@ -17,7 +17,7 @@ import numpy as np
 
 import perfmodel as pm
 from perfmodel.cost.arrays import as_numpy
-from perfmodel.evaluate import _step_model
+from perfmodel.evaluate import step_model
 from perfmodel.plan import Plan, TablePlan, plan_arrays, random_plans, stack
 
 CASES = [("mtia300-64", "dlrm-dcnv2-mlperf"), ("h100-16", "dlrm-dcnv2-mlperf"), ("h100pcie-16", "dlrm-small"),
@@ -38,7 +38,7 @@ def digest(system, model) -> tuple[float, str]:
             h.update(np.asarray(leaf).tobytes())
     batch = stack([plan_arrays(rr, system, model)] * 2)
     for pa in (as_numpy(plans), batch):
-        nb, _ = _step_model(as_numpy(system), as_numpy(model), pa, 0.0)
+        nb, _ = step_model(as_numpy(system), as_numpy(model), pa, 0.0)
         for leaf in jax.tree_util.tree_leaves(nb):
             h.update(np.asarray(leaf).tobytes())
     return float(bd.step_s), h.hexdigest()[:16]

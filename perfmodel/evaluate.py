@@ -1,27 +1,11 @@
 """evaluate(system, model, plan) -> Breakdown: one training step as a schedule of tasks.
 
-The step (DESIGN.md, "Schedule"), per device d, with collectives starting when every participant
-is ready (max over devices) and compute and communication on separate streams:
+The step model (step_model) runs in four rooms, each a module of pure functions:
 
-  input_dist  (indices all-to-all; pipelined fraction p runs during the previous step)
-  bottom_fwd  (dense bottom stage, overlaps the input distribution)
-  emb_fwd     starts at max(bottom_fwd end, input_dist end)
-  output_dist (pooled all-to-all + row-wise reduce-scatter) at max_d emb_fwd end;
-  top_fwd     chunked into c pieces: span max(comm + comp / c, comm / c + comp)
-  top_bwd     then grad_dist (reverse of output_dist), chunk-pipelined the same way
-  bottom_bwd  overlaps grad_dist;  emb_bwd at max(bottom_bwd end, grad_dist end)
-  dense_sync  gradient buckets (n of them) ready along the backward pass:
-              end = max(s + T_bwd / n + A + G, e + A / n, grad_dist end + A / n)
-  optimizer   after emb_bwd and dense_sync
-  overhead    after the optimizer, on the compute stream: the launches no other term prices, the
-              cross-stream hand-offs of the collectives and the host's fixed work per step
-              (cost/overhead.py: the costs that do not shrink with a faster chip)
-  step        = max(critical path, total communication busy, total compute busy)
-
-Interference (cost/contention.py): a compute phase next to a collective loses the compute units a
-core-driven collective holds (a second wave for kernels sized to the whole grid) and the share of
-HBM bandwidth the collective's traffic takes beyond what the phase leaves free; offload engines
-hold no units and move each byte once.
+  cost/traffic.py   the bytes each collective and memory stream moves, and each collective's time
+  cost/schedule.py  how the streams overlap: compute, communication, interference, the critical path
+  cost/memory.py    HBM and host memory per device
+  here              the figures: samples/s, MFU, cost and energy per sample, into a Breakdown
 """
 
 from __future__ import annotations
@@ -36,22 +20,20 @@ import numpy as np
 from .cache import jit, traced
 from .cost import collectives as coll
 from .cost.arrays import lead, xp_of
-from .cost import contention
-from .cost.compute import dense_flops, gemm_parts, hbm_time, peak_flops, roofline
-from .cost.embedding import EmbeddingCosts, embedding_costs, hierarchical, row_wise_subset
-from .cost.overhead import step_overheads
-from .cost.memory import activation_bytes, dense_state_bytes
-from .cost.smooth import hard_max, reduce_max, smax, smin
+from .cost.compute import dense_flops, peak_flops
+from .cost.embedding import EmbeddingCosts
+from .cost.memory import activation_bytes, dense_shards, dense_state_bytes
+from .cost.schedule import step_schedule
+from .cost.smooth import reduce_max
+from .cost.traffic import collective_times, plan_traffic
 from .config import ConfigError
-from .hardware import System, _pytree, capacity_bytes, domain_chips, load_system, static
-from .plan import (COLLECTIVES, DP, PRECISION_BYTES, RW, TW, CW, TWRW, Plan, PlanArrays, check_arrays, load_plan,
-                   to_arrays, validate_plan)
+from .hardware import System, _pytree, capacity_bytes, load_system, static
+from .plan import Plan, PlanArrays, check_arrays, load_plan, to_arrays, validate_plan
 from .workload import RankingModel, load_model
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
           "bottom_bwd", "emb_bwd", "dense_sync", "optimizer", "overhead")
 COMM_PHASES = ("input_dist", "output_dist", "grad_dist", "dense_sync")
-A2A, AR, RS, AG = (COLLECTIVES.index(k) for k in ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"))
 
 
 @_pytree
@@ -153,7 +135,7 @@ def check_temperature(temperature) -> float:
 
 
 def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
-    return _step_model(system, model, pa, tau)[0]
+    return step_model(system, model, pa, tau)[0]
 
 
 # compiled once per problem shape (System, model and plan structures), reused by every call; with
@@ -166,213 +148,55 @@ _evaluate_jit = jit(_evaluate, static_argnums=3, quick=True)
 _evaluate_nested = jax.jit(_evaluate, static_argnums=3)
 
 
-def _step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:
+def step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:
     """The step's Breakdown, and the embedding costs it was built from (the plan search reads the
-    per-device all-to-all volumes from them). Traced for one plan (vmap over plans); in numpy, of a
-    batch of discrete plans (PlanArrays with a leading batch axis, as every output then has:
-    cost.arrays; tau must be 0)."""
-    chip = system.chip
-    xp = xp_of(pa.shard_type)
-    D, L = system.num_chips, system.domain_size
-    K = len(system.levels)
-    B = model.global_batch
-    b = B / D
-    mx = lambda a, c: smax(a, c, tau)
-    mn = lambda a, c: smin(a, c, tau)
-    dmax = lambda x: reduce_max(x, -1, tau)
-
-    prec = np.asarray(PRECISION_BYTES, np.float32)
-    a2a_b = xp.sum(pa.a2a_precision * prec, axis=-1)
-    grad_b = xp.sum(pa.grad_precision * prec, axis=-1)
+    per-device all-to-all volumes from them): the plan's traffic (cost/traffic.py), its collectives'
+    times, their schedule with the compute (cost/schedule.py), memory and the figures. Traced for one
+    plan (vmap over plans); in numpy, of a batch of discrete plans (PlanArrays with a leading batch
+    axis, as every output then has: cost.arrays; tau must be 0)."""
     net = coll.make_net(system, pa.offload)
-    algo = pa.algorithm
+    tr = plan_traffic(system, model, pa)
+    comm = collective_times(system, pa, tr, net, lambda x: reduce_max(x, -1, tau))
+    sc = step_schedule(system, model, pa, tr, comm, net, tau)
+    mem, parts, cap, feasible = _memory(system, model, pa, tr)
+    D, B, step = system.num_chips, model.global_batch, sc.step
+    bd = Breakdown(
+        step_s=step, samples_per_s=B / step, phase_s=sc.phase, start_s=sc.start, end_s=sc.end, compute_s=sc.compute,
+        comm_s=sc.comm_busy, exposed_comm_s=xp_of(step).maximum(step - reduce_max(sc.compute, -1, tau), 0.0),
+        interference_s=sc.interference, slowdown=sc.compute / sc.compute_plain, mfu=_mfu(system, model, step),
+        memory_bytes=mem, memory_parts=parts, capacity_bytes=cap, host_memory_bytes=tr.emb.host_bytes,
+        feasible=feasible, **_prices(system, model, step), comm_bytes=tr.sent, contention=sc.slowdown, num_chips=D,
+    )
+    return bd, tr.emb
 
-    # ---------------------------------------------------------------- compute
-    fwd_parts, bwd_parts = gemm_parts(chip, model, b)
-    G = len(model.dense.layer) or int(np.shape(model.dense.m)[0])
-    bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(G, np.float32)
-    stage = {"bf": tuple(x * bottom for x in fwd_parts), "bb": tuple(x * bottom for x in bwd_parts),
-             "tf": tuple(x * (1 - bottom) for x in fwd_parts), "tb": tuple(x * (1 - bottom) for x in bwd_parts)}
-    alone = {k: roofline(parts).sum() for k, parts in stage.items()}      # each stage's time, uncontended
-    t_bf, t_bb, t_tf, t_tb = (alone[k] for k in ("bf", "bb", "tf", "tb"))
-    emb = embedding_costs(system, model, pa, a2a_b, grad_b)
-    e_f, e_b = emb.fwd_s, emb.bwd_s
 
-    # ---------------------------------------------------------------- communication
-    # A collective runs only if some table needs it. Its expected time is P(used) x time(bytes |
-    # used), with P(used) = 1 - prod_t (1 - s_t): exactly 0 or 1 for a discrete plan, smooth for a
-    # relaxed one (latency terms fade in with the probability instead of jumping).
-    S = pa.shard_type
-    def used(s_t):
-        return 1.0 - xp.prod(1.0 - s_t, axis=-1)
-    def expected(u, timed, *volumes):
-        safe = xp.maximum(u, 1e-6)
-        return u * timed(*(v / lead(safe, v) for v in volumes))
-    top = K - 1
-    u_in = used(1.0 - S[..., DP])
-    sub = row_wise_subset(pa, D)      # row-wise over a subset: its partial sums go in the all-to-all
-    sub = 0.0 if sub is None else sub
-    u_a2a = used(S[..., TW] + S[..., CW] + S[..., TWRW] + S[..., RW] * model.tables.sequence + sub)
-    u_rw = used(S[..., RW] * (1.0 - model.tables.sequence) - sub)
-    hier = hierarchical(pa, D)        # ... and, reduced inside domains first, a domain reduce-scatter
-    u_tr = used(S[..., TWRW] * (1.0 - model.tables.sequence) + (0.0 if hier is None else hier))
-    u_dp = used(S[..., DP])
-    a2a, rs, ag, ar = (algo[..., i, :] for i in (A2A, RS, AG, AR))
-    c_in = expected(u_in, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.in_send, emb.in_recv)
-    c_rw = expected(u_rw, lambda x: coll.reduce_scatter(net, x, 0, top, rs), emb.rw_bytes)
-    c_rw_b = expected(u_rw, lambda x: coll.all_gather(net, x, 0, top, ag), emb.rw_bytes)
-    # table-row-wise (pooled): the reduce-scatter inside each domain (its slowest device's buffer)
-    # before the all-to-all, and in the backward the all-gather after it
-    tr_max = dmax(emb.tr_bytes)
-    c_tr = expected(u_tr, lambda x: coll.reduce_scatter(net, x, 0, 0, rs), tr_max)
-    c_tr_b = expected(u_tr, lambda x: coll.all_gather(net, x, 0, 0, ag), tr_max)
-    a2a_out = expected(u_a2a, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.out_send, emb.out_recv)
-    c_out = a2a_out + c_rw + c_tr
-    c_gout = a2a_out + c_rw_b + c_tr_b
-
-    P_dense = model.dense.params()
-    g_bytes = P_dense * grad_b
-    p_bytes = P_dense * model.param_bytes
-    m_rep, m_fsdp, m_hyb = pa.dense_mode[..., 0], pa.dense_mode[..., 1], pa.dense_mode[..., 2]
-    ddp = coll.all_reduce(net, g_bytes, 0, top, ar)
-    fsdp_rs = coll.reduce_scatter(net, g_bytes, 0, top, rs)
-    fsdp_ag = coll.all_gather(net, p_bytes, 0, top, ag)
-    hyb_rs = coll.reduce_scatter(net, g_bytes, 0, 0, rs)
-    hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, ar) if K > 1 else 0.0
-    hyb_ag = coll.all_gather(net, p_bytes, 0, 0, ag)
-    c_sync_dense = m_rep * ddp + m_fsdp * fsdp_rs + m_hyb * (hyb_rs + hyb_ar)
-    c_ag = m_fsdp * fsdp_ag + m_hyb * hyb_ag                 # parameter all-gather, forward and backward
-    c_dp = expected(u_dp, lambda x: coll.all_reduce(net, x, 0, top, ar), emb.dp_grad_bytes)
-    buckets, chunks, p = pa.grad_buckets, pa.overlap_chunks, pa.pipeline
-    alpha_max = net.alpha[0]
-    for a in net.alpha[1:]:
-        alpha_max = xp.maximum(alpha_max, a)
-    chunk_comm = (chunks - 1.0) * (net.setup_s + alpha_max) * (D > 1)
-    c_sync = c_sync_dense + c_dp + (buckets - 1.0) * (net.setup_s + alpha_max) * (D > 1) + c_ag
-
-    shard = m_rep * 1.0 + m_fsdp * D + m_hyb * L
-    t_opt = hbm_time(chip, P_dense * (2.0 * model.param_bytes + model.param_bytes
-                                      + 2.0 * 4.0 * model.dense_opt_values) / shard) + chip.launch_s
-
-    # ---------------------------------------------------------------- interference (cost/contention.py)
-    held = (1.0 - net.offload) * chip.core_compute_fraction        # units a core-driven collective holds
-    mult = net.offload * chip.dma_hbm_mult + (1.0 - net.offload) * chip.core_hbm_mult
-    du = contention.unit_excess(chip, held)
-
-    def rate(comm, traffic):        # HBM bytes/s the collective streams while it runs
-        return mult * traffic / xp.maximum(comm, 1e-12)
-
-    slowdown = {}
-
-    def on_dense(name, keys, share, comm, traffic):
-        """Time a collective of `comm` s moving `traffic` bytes (sent + received) adds to the dense
-        stages `keys` it overlaps (their `share`: a chunked overlap covers part of them)."""
-        db = contention.hbm_excess(chip, rate(comm, traffic))
-        plain = sum(alone[k] for k in keys)
-        excess = sum(contention.gemm_excess(stage[k], du, db) for k in keys)
-        slowdown[name] = 1.0 + contention.ratio(excess, plain)
-        return contention.added(plain * share, excess * share, comm, mn)
-
-    def on_memory(plain, comm, traffic):
-        """The same for a memory-bound phase (embedding lookups): slowed by the HBM share alone."""
-        db = contention.hbm_excess(chip, rate(comm, traffic))
-        return contention.added(plain, plain * lead(db, plain), lead(comm, plain), mn)
-
-    Ld = domain_chips(system)                              # each device's domain: L, or [D] on a partial system
-    tr_moved = emb.tr_bytes * (Ld - 1) / Ld                # [D] sent (and received) by the domain reduce-scatter
-    out_bytes = (hard_max(xp.sum(xp.maximum(emb.out_send, emb.out_recv), axis=-1) + tr_moved, -1)
-                 + emb.rw_bytes * (D - 1) / D)
-    in_bytes = hard_max(xp.sum(xp.maximum(emb.in_send, emb.in_recv), axis=-1), -1)
-    sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
-    # bytes each chip sends and receives (its HBM traffic's measure): the busiest device's
-    out_traffic = (hard_max(xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr_moved, -1)
-                   + 2.0 * emb.rw_bytes * (D - 1) / D)
-    in_traffic = hard_max(xp.sum(emb.in_send + emb.in_recv, axis=-1), -1)
-    sync_traffic = 2.0 * sync_bytes
-    ag_traffic = 2.0 * p_bytes * (D - 1) / D
-    frac_c = 1.0 - 1.0 / chunks
-    x_bf = on_dense("bottom_fwd", ("bf",), 1.0, (1.0 - p) * c_in, (1.0 - p) * in_traffic)
-    x_prev = on_dense("backward", ("tb", "bb"), 1.0, p * c_in, p * in_traffic)   # pipelined input dist of the next batch
-    x_tf = on_dense("top_fwd", ("tf",), frac_c, c_out * frac_c, out_traffic * frac_c)
-    x_tb = on_dense("top_bwd", ("tb",), frac_c, c_gout * frac_c, out_traffic * frac_c)
-    x_bb = on_dense("bottom_bwd", ("bb",), 1.0, c_gout + c_sync, out_traffic + sync_traffic)
-    x_ef = on_memory(e_f, m_fsdp * c_ag / 2.0, m_fsdp * ag_traffic / 2.0)
-
-    # ---------------------------------------------------------------- schedule
+def _memory(system: System, model: RankingModel, pa: PlanArrays, tr):
+    """(HBM bytes [D], its parts, the capacity, whether HBM and host DRAM hold it on every device)."""
+    emb, D, B = tr.emb, system.num_chips, model.global_batch
+    xp = xp_of(pa.shard_type)
     zero = xp.zeros(np.shape(pa.offload) + (D,), np.float32)
     dv = lambda x: lead(x, zero)          # a per-plan value against per-device ones (numpy: [N] -> [N, 1])
-    in_end = (1.0 - p) * c_in
-    bf_end = zero + t_bf + dv(x_bf)
-    ag_end = in_end + c_ag / 2.0
-    ef_start = mx(bf_end, dv(in_end))
-    ef_end = ef_start + e_f + x_ef
-    out_start = dmax(ef_end)
-    c_out_eff = c_out + chunk_comm
-    tf_span = mx(c_out_eff + (t_tf + x_tf) / chunks, c_out_eff / chunks + t_tf + x_tf)
-    tf_end = dv(mx(out_start + tf_span, ag_end + t_tf + x_tf)) + zero
-    tf_start = tf_end - t_tf - dv(x_tf)
-    tb_end = tf_end + t_tb + dv(x_tb) + dv(x_prev)
-    g_start = dmax(tf_end)
-    c_gout_eff = c_gout + chunk_comm
-    g_end = g_start + mx((t_tb + x_tb) + c_gout_eff / chunks, (t_tb + x_tb) / chunks + c_gout_eff)
-    bb_end = tb_end + t_bb + dv(x_bb)
-    eb_start = mx(bb_end, dv(g_end))
-    eb_end = eb_start + e_b
-    T_bwd = t_tb + t_bb
-    sync_end = dmax(mx(mx(tf_end + dv(T_bwd / buckets) + dv(c_sync) + dv(c_gout_eff), bb_end + dv(c_sync / buckets)),
-                       dv(g_end + c_sync / buckets)))
-    opt_start = mx(eb_end, dv(sync_end))
-    opt_end = opt_start + dv(t_opt)
-    # collective calls whose stream hand-offs are exposed (cost/overhead.py): the pipelined share of
-    # the input all-to-all hands off during the previous step; the output collectives forward and
-    # backward; the dense gradients' sync as one call (in at the first bucket, out at the last: the
-    # buckets between hand off while the backward runs); a sharded dense part's parameter
-    # all-gathers, forward and backward
-    calls = ((1.0 - p) * u_in + 2.0 * (u_a2a + u_rw + u_tr) + u_dp + 1.0 + 2.0 * (m_fsdp + m_hyb))
-    ovh = step_overheads(system, model, pa, calls)
-    t_ovh = ovh.total_s
-    ovh_end = opt_end + dv(t_ovh)
-
-    extra = dv(x_bf + x_prev + x_tf + x_tb + x_bb) + x_ef
-    compute_plain = t_bf + e_f + t_tf + t_tb + t_bb + e_b + dv(t_opt) + dv(t_ovh)
-    compute = compute_plain + extra
-    comm_busy = c_in + c_out_eff + c_gout_eff + c_sync          # c_sync holds the parameter all-gathers
-    step = mx(mx(dmax(ovh_end), comm_busy), dmax(compute))
-
-    # ---------------------------------------------------------------- memory
-    dense_mem = dv(dense_state_bytes(model, shard)) + zero
-    act = activation_bytes(model, b, emb.pooled_bytes) + zero
-    buffers = (xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr_moved + xp.sum(emb.in_send + emb.in_recv, axis=-1)
-               + dv((B * emb.rw_bytes / B) * 2.0) + dv(g_bytes / buckets))
+    dense_mem = dv(dense_state_bytes(model, dense_shards(pa, D, system.domain_size))) + zero
+    act = activation_bytes(model, B / D, emb.pooled_bytes) + zero
+    buffers = (xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr.tr_moved + xp.sum(emb.in_send + emb.in_recv, axis=-1)
+               + dv((B * emb.rw_bytes / B) * 2.0) + dv(tr.grad_bytes / pa.grad_buckets))
     parts = {"embeddings": emb.hbm_bytes, "dense": dense_mem, "activations": act, "buffers": buffers}
     mem = emb.hbm_bytes + dense_mem + act + buffers
     cap = capacity_bytes(system)
-    feasible = xp.all(mem <= cap, axis=-1) & xp.all(emb.host_bytes <= chip.host_dram_bytes, axis=-1)
+    feasible = xp.all(mem <= cap, axis=-1) & xp.all(emb.host_bytes <= system.chip.host_dram_bytes, axis=-1)
+    return mem, parts, cap, feasible
 
-    # ---------------------------------------------------------------- figures
-    peak = peak_flops(chip, model.dense_dtype)
-    mfu = dense_flops(model) * B / (step * D * peak)
+
+def _mfu(system: System, model: RankingModel, step):
+    """Dense model FLOPs / (step x chips x peak)."""
+    peak = peak_flops(system.chip, model.dense_dtype)
+    return dense_flops(model) * model.global_batch / (step * system.num_chips * peak)
+
+
+def _prices(system: System, model: RankingModel, step) -> dict:
+    """Dollars per million samples and joules per sample at `step` seconds a step."""
+    D, B, chip = system.num_chips, model.global_batch, system.chip
     hosts = system.num_hosts if D % system.chips_per_host else D / system.chips_per_host   # a partial host costs a whole one
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
     joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)
-
-    phase = {"input_dist": zero + dv(c_in), "bottom_fwd": zero + t_bf, "emb_fwd": e_f, "output_dist": zero + dv(c_out),
-             "top_fwd": zero + t_tf, "top_bwd": zero + t_tb, "grad_dist": zero + dv(c_gout),
-             "bottom_bwd": zero + t_bb, "emb_bwd": e_b, "dense_sync": zero + dv(c_sync), "optimizer": zero + dv(t_opt),
-             "overhead": zero + dv(t_ovh)}
-    start = {"input_dist": zero, "bottom_fwd": zero, "emb_fwd": ef_start, "output_dist": zero + dv(out_start),
-             "top_fwd": tf_start, "top_bwd": tf_end, "grad_dist": zero + dv(g_start), "bottom_bwd": tb_end,
-             "emb_bwd": eb_start, "dense_sync": tf_end, "optimizer": opt_start, "overhead": opt_end}
-    end = {"input_dist": zero + dv(in_end), "bottom_fwd": bf_end, "emb_fwd": ef_end,
-           "output_dist": zero + dv(out_start) + dv(c_out_eff), "top_fwd": tf_end, "top_bwd": tb_end,
-           "grad_dist": zero + dv(g_end), "bottom_bwd": bb_end, "emb_bwd": eb_end, "dense_sync": zero + dv(sync_end),
-           "optimizer": opt_end, "overhead": ovh_end}
-    comm_bytes = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
-    bd = Breakdown(
-        step_s=step, samples_per_s=B / step, phase_s=phase, start_s=start, end_s=end, compute_s=compute,
-        comm_s=comm_busy, exposed_comm_s=xp.maximum(step - dmax(compute), 0.0), interference_s=extra,
-        slowdown=compute / compute_plain, mfu=mfu, memory_bytes=mem, memory_parts=parts, capacity_bytes=cap,
-        host_memory_bytes=emb.host_bytes, feasible=feasible, usd_per_million_samples=usd,
-        joules_per_sample=joules, comm_bytes=comm_bytes, contention=slowdown, num_chips=D,
-    )
-    return bd, emb
+    return {"usd_per_million_samples": usd, "joules_per_sample": joules}

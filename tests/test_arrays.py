@@ -10,7 +10,7 @@ import pytest
 import perfmodel as pm
 from perfmodel import cache
 from perfmodel.cost.arrays import add_at, as_numpy, lead
-from perfmodel.evaluate import _step_model
+from perfmodel.evaluate import step_model
 from perfmodel.search.score import eager, score_pairs
 
 # two network levels and core-driven collectives (h100-16), offload engines on an integrated NIC
@@ -29,8 +29,8 @@ def _plans(system, model, n=N):
 def test_a_batch_in_numpy_gives_the_compiled_breakdown(system_name, model_name):
     system, model = pm.load_system(system_name), pm.load_model(model_name)
     pa = _plans(system, model)
-    compiled = cache.jit(jax.vmap(lambda p: _step_model(system, model, p, 0.0)))(pa)     # as the search compiles it
-    eager_ = _step_model(as_numpy(system), as_numpy(model), pa, 0.0)
+    compiled = cache.jit(jax.vmap(lambda p: step_model(system, model, p, 0.0)))(pa)     # as the search compiles it
+    eager_ = step_model(as_numpy(system), as_numpy(model), pa, 0.0)
     for (path, ref), got in zip(jax.tree_util.tree_leaves_with_path(compiled), jax.tree_util.tree_leaves(eager_)):
         ref, got = np.asarray(ref), np.asarray(got)
         where = jax.tree_util.keystr(path)

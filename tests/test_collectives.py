@@ -12,7 +12,7 @@ import perfmodel as pm
 from perfmodel.cost import collectives as coll
 
 S = 64e6  # bytes per chip
-ONE = {a: jnp.asarray(np.eye(4, dtype=np.float32)[i]) for i, a in enumerate(pm.ALGORITHMS)}
+ONE = {a: jnp.asarray(np.eye(len(pm.ALGORITHMS), dtype=np.float32)[i]) for i, a in enumerate(pm.ALGORITHMS)}
 
 # mtia300 preset: NIC of 10 active x 800 Gb/s ports, 80 % on scale-up; rack latency 1.5 us,
 # cluster 2.0 us; NIC 1.0 us + 0.2 us per message; launch 3 us; 16 engines x 1.9 GHz x 96 B/cycle.
@@ -351,3 +351,15 @@ def test_tree_all_reduce_is_slowed_by_ncclss_correction_at_mid_sizes():
     assert 0 < latency < 100e-6
     S = 192 * 2**20
     assert tree(S) == pytest.approx(latency + transfer(S) / 0.9, rel=1e-3)
+
+
+def test_every_algorithm_axis_follows_the_registry():
+    """The plans' vocabulary (schema.ALGORITHMS) is the registry's order, and the collectives price
+    one time per registered algorithm."""
+    from perfmodel.cost.collectives.algorithms import REGISTRY
+    from perfmodel.cost.collectives.timing import _algorithm_times
+    assert tuple(a.name for a in REGISTRY) == pm.ALGORITHMS
+    net = coll.make_net(pm.load_system("h100-16"), jnp.float32(0.0))
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        eng, core = _algorithm_times(net, op, jnp.float32(1e6), 0, 1)
+        assert eng.shape[-1] == core.shape[-1] == len(REGISTRY)

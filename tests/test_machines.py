@@ -11,7 +11,7 @@ import perfmodel as pm
 from perfmodel.cost import collectives as coll
 from perfmodel.cost.collectives.network import chunked
 
-ONE = {a: jnp.asarray(np.eye(4, dtype=np.float32)[i]) for i, a in enumerate(pm.ALGORITHMS)}
+ONE = {a: jnp.asarray(np.eye(len(pm.ALGORITHMS), dtype=np.float32)[i]) for i, a in enumerate(pm.ALGORITHMS)}
 BIG = 16.0 * 2**30          # bytes per GPU: large enough that latencies are < 0.1 % of the time
 
 

@@ -11,7 +11,7 @@ from perfmodel.config import ConfigError
 from perfmodel.cost.arrays import as_numpy
 from perfmodel.cost.collectives.network import partial_crowding
 from perfmodel.cost.embedding import embedding_costs
-from perfmodel.evaluate import _step_model
+from perfmodel.evaluate import step_model
 from perfmodel.plan import DENSE_MODES, Plan, TablePlan, plan_arrays, stack
 
 
@@ -114,7 +114,7 @@ def test_a_partial_rack_scales_between_its_neighbours(mlperf):
         plan = Plan(tables=tables, dense="fully_sharded", algorithms=dict.fromkeys(
             ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"), "hierarchical"))
         pm.validate_plan(plan, s, mlperf)
-        bd, _ = _step_model(as_numpy(s), as_numpy(mlperf), stack([plan_arrays(plan, s, mlperf)]), 0.0)
+        bd, _ = step_model(as_numpy(s), as_numpy(mlperf), stack([plan_arrays(plan, s, mlperf)]), 0.0)
         assert bool(bd.feasible[0])
         total.append(float(bd.samples_per_s[0]))
         per_chip.append(total[-1] / n)
@@ -138,7 +138,7 @@ def test_traces_of_a_partial_system_are_valid_and_add_up(h100_12, small, random_
     from test_plots_trace import check_trace
     N, plans = 3, random_12
     assert not np.asarray(plans.dense_mode)[:, DENSE_MODES.index("hybrid")].any()
-    bds, _ = _step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
+    bds, _ = step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
     for i in range(N):
         bd = jax.tree_util.tree_map(lambda x: np.asarray(x)[i] if np.ndim(x) and np.shape(x)[0] == N else x, bds)
         tr = chrome_trace(bd, small, devices=[0, 9, 11])
@@ -157,7 +157,7 @@ def test_a_partial_systems_collectives_are_the_full_shapes_crowded():
     part, full = (as_numpy(pm.load_system(n)) for n in ("mtia300-40", "mtia300-48"))
     nets = [coll.make_net(s, np.float32(1.0)) for s in (part, full)]
     assert shape(nets[0]) == shape(nets[1]) and nets[1].crowding is None
-    direct = np.eye(4, dtype=np.float32)[DIRECT]
+    direct = np.eye(len(pm.ALGORITHMS), dtype=np.float32)[DIRECT]
     t = [[float(coll.all_gather(net, np.float32(S), 0, 1, direct)) for S in (0.0, 64e6)] for net in nets]
     assert t[0][0] == pytest.approx(t[1][0], rel=1e-6)                          # the same latency
     assert t[0][1] - t[0][0] == pytest.approx(1.2 * (t[1][1] - t[1][0]), rel=1e-4)
@@ -171,7 +171,7 @@ def test_a_partial_systems_collectives_are_the_full_shapes_crowded():
 def test_numpy_and_traced_evaluations_agree_on_a_partial_system(h100_12, small, random_12):
     """The cost model's two array libraries (cost.arrays) give one step on h100-12's random plans."""
     plans = random_12
-    batch, _ = _step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
+    batch, _ = step_model(as_numpy(h100_12), as_numpy(small), plans, 0.0)
     for i in range(3):
         traced = pm.evaluate(h100_12, small, jax.tree_util.tree_map(lambda x: x[i], plans))
         assert float(traced.step_s) == pytest.approx(float(batch.step_s[i]), rel=1e-5)

@@ -12,6 +12,13 @@ from __future__ import annotations
 from ..workload import RankingModel
 
 
+def dense_shards(pa, num_chips: int, domain_size: int):
+    """The devices the dense state is split over: 1 (replicated), D (fully sharded), L (hybrid),
+    weighted by the plan's dense mode."""
+    m_rep, m_fsdp, m_hyb = pa.dense_mode[..., 0], pa.dense_mode[..., 1], pa.dense_mode[..., 2]
+    return m_rep * 1.0 + m_fsdp * num_chips + m_hyb * domain_size
+
+
 def dense_state_bytes(model: RankingModel, shard):
     return model.dense.params() * (2.0 * model.param_bytes + 4.0 * model.dense_opt_values) / shard
 

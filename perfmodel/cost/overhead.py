@@ -20,7 +20,7 @@ t_host     chip.host_step_s (host.step_overhead_us): the host's fixed work betwe
 
 n_kernels, per device, counts only kernels no other term prices (the GEMMs pay t_launch in
 compute.gemm_parts, the embedding lookup and its fused backward + update one each in
-cost/embedding.py, the dense optimizer one in evaluate.py, each collective its call cost in
+cost/embedding.py, the dense optimizer one in cost/schedule.py, each collective its call cost in
 cost/collectives):
 
   dense       G_e (DENSE_FWD + DENSE_BWD): one elementwise kernel after each GEMM with elementwise
@@ -128,7 +128,7 @@ def handoff_count(num_chips: int, calls):
 def step_overheads(system: System, model: RankingModel, pa: PlanArrays, calls) -> Overheads:
     """The per-step overheads of one plan (jax) or a batch of plans (numpy; every output then has
     the batch axis). `calls`: the collective calls a step makes whose hand-offs are exposed, as
-    evaluate's schedule counts them (module docstring)."""
+    cost/schedule.py's exposed_calls counts them (module docstring)."""
     chip = system.chip
     kernels = kernel_count(model, pa)
     handoffs = handoff_count(system.num_chips, calls)

@@ -39,7 +39,7 @@ def warm_start(plan: Plan, system: System, model: RankingModel, strength: float 
             place[t, tp.ranks] = strength
         if tp.sharding_type == "table_row_wise":
             dom[t, tp.ranks[0] // L] = strength
-    algo = np.zeros((4, 4), np.float32)
+    algo = np.zeros((len(COLLECTIVES), len(ALGORITHMS)), np.float32)
     for c, kind in enumerate(COLLECTIVES):
         algo[c, ALGORITHMS.index(plan.algorithms[kind])] = strength
     onehot = lambda v, opts: jnp.asarray(np.eye(len(opts), dtype=np.float32)[opts.index(v)] * strength)

@@ -18,7 +18,7 @@ import numpy as np
 from ..cache import jit
 from ..cost.arrays import as_numpy, xp_of
 from ..cost.smooth import logsumexp
-from ..evaluate import _step_model
+from ..evaluate import step_model
 from ..hardware import System
 from ..plan import TABLE_FIELDS, PlanArrays, build, settings_arrays
 from ..workload import RankingModel
@@ -79,7 +79,7 @@ def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
     With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
     per-device sums are one more resource; with limits (plan.Limits), a plan that breaks them
     scores VIOLATED or more. tau > 0: the smooth evaluation (first-order estimates)."""
-    bd, emb = _step_model(system, model, pa, tau)
+    bd, emb = step_model(system, model, pa, tau)
     per_device = loads(bd, emb)
     over_guard = None
     if guard is not None:

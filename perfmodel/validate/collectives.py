@@ -48,6 +48,7 @@ from ..cache import jit
 from ..config import DATA_DIR, ConfigError
 from ..cost import collectives as coll
 from ..hardware import load_system
+from ..schema import ALGORITHMS
 from .csvfile import read_rows, shown
 
 MEASUREMENTS = DATA_DIR / "measurements" / "collectives"
@@ -62,7 +63,7 @@ HARNESSES = ("nccl-tests", "nccl-tests-1proc", "torch.distributed", "deepep")
 FLOOR_BYTES = 64 * 2**10
 TARGET_BLIND, TARGET_CALIBRATED = 0.15, 0.07
 RIDGE = 1e-3                 # on the log scales: a 2x scale costs as much as a 2 % misfit
-_ONE = {a: np.eye(4, dtype=np.float32)[i] for i, a in enumerate(("ring", "direct", "tree", "hierarchical"))}
+_ONE = {a: np.eye(len(ALGORITHMS), dtype=np.float32)[i] for i, a in enumerate(ALGORITHMS)}
 
 
 @dataclass

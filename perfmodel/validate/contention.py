@@ -31,7 +31,7 @@ from .csvfile import read_rows
 
 CONTENTION = DATA_DIR / "measurements" / "contention"
 TARGET = 0.25
-_RING = jnp.asarray(np.eye(4, dtype=np.float32)[coll.RING])
+_RING = jnp.asarray(np.eye(len(coll.REGISTRY), dtype=np.float32)[coll.RING])
 
 
 # the columns the cases read; a time is a positive number of microseconds (an iteration's, in the note)

@@ -17,7 +17,7 @@ the link, the per-call cost) is in the chip preset's [core_collectives].
   tree        a tree all-reduce has NCCL's own protocol shares (LL 1/3.8, LL128 7/9 on one node and
               120/128 across nodes, Simple 0.92) and, with Simple, its treeCorrectionFactor by size
               (0.5-0.9 between 8 KiB and 256 MiB); between two nodes its two trees run opposite ways,
-              so each byte crosses the network once each way (algorithms.py).
+              so each byte crosses the network once each way (algorithms/tree.py).
   NVLS        (one scale-up domain whose switch reduces) each chip's link carries S (n+1)/n each way,
               at the NVLS share of the line rate (the chip's scale_up nvls_efficiency: NCCL's 8-GPU
               figure, 8 heads x min(bwIntra x nvlsEfficiency x 7/8 x 2, bwInter), as a share of the

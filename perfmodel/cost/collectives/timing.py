@@ -1,4 +1,4 @@
-"""Collective times: the algorithms' coefficients (algorithms.py) combined with one evaluation's
+"""Collective times: the algorithms' coefficients (algorithms/) combined with one evaluation's
 bandwidths and latencies (network.py), for every algorithm, component and protocol at once in a few
 array operations (products and sums, never einsum or @: a matrix product in the program makes
 XLA:CPU call oneDNN, which builds its kernels at the program's first call; embedding._over_tables).
@@ -31,7 +31,8 @@ import numpy as np
 from ..arrays import add_at, xp_of
 from ..smooth import hard_max, hard_min
 from . import nccl
-from .algorithms import DIRECT, HIER, RING, TREE, a2a_c, table
+from .algorithms import HIER, REGISTRY, RING, TREE, a2a_c, table
+from .algorithms.ring import ring_c
 from .network import KINDS, LINKS, Net, _f32, against, blend, latency, per_protocol, shape
 
 # a protocol a transfer cannot use costs this much (an in-network reduction runs Simple only)
@@ -90,7 +91,7 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
         S = np.broadcast_to(S, np.broadcast_shapes(S.shape, np.shape(net.msgs)))
     tab = table(shape(net), op, lo, hi)
     if tab is None:
-        z = xp.zeros(S.shape + (4,), np.float32)
+        z = xp.zeros(S.shape + (len(REGISTRY),), np.float32)
         return z, z
     if net.crowding is not None:
         tab = _crowded(net, tab, lo, hi)
@@ -123,18 +124,7 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
         return hard_min(lat + bw / nc, -1)
 
     hbm = lambda x: x * 3.0 / net.hbm_Bps                   # a reduction reads two operands, writes one
-    # NCCL's tree all-reduce has its own share of the bus bandwidth under each protocol
-    # (nccl.TREE_PROTOCOL_SHARE over the ring's), and with Simple reaches only part of it at mid
-    # sizes (nccl.tree_correction)
-    slower = 1.0
-    if op == "all_reduce":
-        share = np.ones((4,) + tab["nodes"].shape[1:] + (len(nccl.PROTOCOLS),), np.float32)
-        tree = np.asarray(nccl.TREE_PROTOCOL_SHARE, np.float32)[None, :].repeat(share.shape[1], 0)
-        tree[tab["nodes"][TREE] > 1, 1] = nccl.TREE_LL128_SHARE_MULTINODE
-        share[TREE] = np.asarray(nccl.PROTOCOL_SHARE, np.float32) / tree
-        on_tree = np.zeros((4, 1, len(nccl.PROTOCOLS)), np.float32)
-        on_tree[TREE, 0, 2] = 1.0
-        slower = share * (1.0 + on_tree * (1.0 / nccl.tree_correction(xp, S)[..., None, None, None] - 1.0))
+    slower = _all_reduce_share(xp, tab, S) if op == "all_reduce" else 1.0
     core_c = xp.sum(xp.maximum(timed(core_l, s * comp_slow, s * ll_bus, over_S, slower), hbm(s * reduced)), axis=-1)
     live = tab["live"][..., None]
     per_pipe = np.max(np.where(live > 0, over_S * np.maximum(tab["scale"], 1e-30)[..., None], 0.0), axis=1)   # [A, P]
@@ -144,22 +134,37 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     # algorithm: CollNet, where the outer level reduces in its switches
     innet = tab["innet"].max(axis=1)                                          # [A]
     core = innet * xp.minimum(core_p, core_c) + (1.0 - innet) * core_c
-    if op == "all_reduce" and has_nvls(net, lo, lo) and hi > lo:
-        core = _with(xp, core, HIER, xp.minimum(core[..., HIER], _nvls_tree(net, tab, S)))
-    if op == "all_reduce" and has_nvls(net, lo, hi):
-        core = _with(xp, core, DIRECT, xp.minimum(core[..., DIRECT], _nvls(net, S)))
+    for a, algo in enumerate(REGISTRY):
+        if op == "all_reduce" and algo.nvls and NVLS[algo.nvls][0](net, lo, hi):
+            core = _with(xp, core, a, xp.minimum(core[..., a], NVLS[algo.nvls][1](net, tab, S)))
     return eng, core
+
+
+def _all_reduce_share(xp, tab: dict, S):
+    """[..., ALGORITHMS, C, P]: how much slower than the ring's each algorithm's core-driven
+    all-reduce moves its bytes under each protocol (Algorithm.core_share; NCCL's tree: its own
+    share of the bus bandwidth, and with Simple only part of that at mid sizes), 1 where the
+    algorithm keeps the ring's."""
+    P = len(nccl.PROTOCOLS)
+    share = np.ones((len(REGISTRY),) + tab["nodes"].shape[1:] + (P,), np.float32)
+    below = []
+    for a, algo in enumerate(REGISTRY):
+        if algo.core_share is not None:
+            share[a] = algo.core_share(tab["nodes"][a])
+        if algo.simple_share is not None:
+            on = np.zeros((len(REGISTRY), 1, P), np.float32)
+            on[a, 0, nccl.PROTOCOLS.index("Simple")] = 1.0
+            below.append(on * (1.0 / algo.simple_share(xp, S)[..., None, None, None] - 1.0))
+    return share * (1.0 + sum(below[1:], below[0])) if below else share
 
 
 def _crowded(net: Net, tab: dict, lo: int, hi: int) -> dict:
     """A partial system's coefficients (network.partial_crowding): each level's bytes scaled by what
-    its busiest chip carries more than on the full shape; the engines' tree sends 2 S at every
-    level from every chip, a partial domain or not."""
-    through, direct = (np.asarray(c, np.float32) for c in net.crowding)
+    its busiest chip carries more than on the full shape, as each algorithm's transfers cross it
+    (Algorithm.crowding)."""
+    through, direct = net.crowding
     whole = lo == 0 and hi == len(net.fanout) - 1
-    per_algo = np.stack([through, direct if whole else np.ones_like(direct), through, through])      # [A, K]
-    engines = per_algo.copy()
-    engines[TREE] = 1.0
+    per_algo, engines = (np.asarray(x, np.float32) for x in zip(*(a.crowding(through, direct, whole) for a in REGISTRY)))
     return {**tab, "core_bytes": tab["core_bytes"] * per_algo[:, None, None, :],
             "eng_bytes": tab["eng_bytes"] * engines[:, None, None, :]}
 
@@ -187,6 +192,12 @@ def _nvls_tree(net: Net, tab, S):
         C = C / 2.0
     out_b = S * hard_max(xp_of(t.inv_bw).sum(C * t.inv_bw, axis=-1), -1)
     return lat + xp.maximum(out_b, _nvls(net, S) - net.nvls_latency_s) + net.nvls_latency_s
+
+
+# The NVLS forms an Algorithm may name (Algorithm.nvls): where NCCL swaps one in for a core-driven
+# all-reduce over levels lo..hi (the faster of the two runs), and its time
+NVLS = {"nvls": (lambda net, lo, hi: has_nvls(net, lo, hi), lambda net, tab, S: _nvls(net, S)),
+        "nvls_tree": (lambda net, lo, hi: has_nvls(net, lo, lo) and hi > lo, lambda net, tab, S: _nvls_tree(net, tab, S))}
 
 
 def _nonempty(net: Net, lo: int, hi: int) -> float:
@@ -253,8 +264,7 @@ def nccl_all_reduce(net: Net, S, lo: int, hi: int):
 def ring_parts(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     """The ring's transfer as Parts (bytes time, latency, steps per link kind), e.g. for
     protocol_times."""
-    from .algorithms import _ring_c
-    c = _ring_c(shape(net), lo, hi, passes, 1.0, False)
+    c = ring_c(shape(net), lo, hi, passes, 1.0, False)
     per_link = jnp.sum(jnp.asarray(c.core_bytes, jnp.float32) * net.terms.inv_bw, axis=-1)
     return Parts(_f32(S) * hard_max(jnp.ravel(per_link), 0), latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
@@ -298,6 +308,10 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     lat = latency(net, np.stack([c.core_lat for c in fixed]))                          # [forms]
     core_lat = per_protocol(net, lat, np.stack([c.steps for c in fixed]), np.ones(len(fixed)))
     timed = blend(net, tt + lat, hard_min(core_lat + tt[..., None] / t.share, -1))
-    direct, hier = timed[..., 0], timed[..., -1]
-    return (probs[..., DIRECT] * direct + probs[..., HIER] * hier + (probs[..., RING] + probs[..., TREE]) * direct
-            + net.setup_s)
+    forms = {"direct": timed[..., 0], "hierarchical": timed[..., -1]}
+    # each algorithm's share runs the all-to-all form it names (Algorithm.all_to_all)
+    weight = {}
+    for a, algo in enumerate(REGISTRY):
+        weight[algo.all_to_all] = weight[algo.all_to_all] + probs[..., a] if algo.all_to_all in weight else probs[..., a]
+    terms = [weight[f] * forms[f] for f in forms if f in weight]
+    return sum(terms[1:], terms[0]) + net.setup_s
