@@ -311,7 +311,7 @@ MODEL_LEAVES = {f.leaf: f for f in MODEL.values() if f.leaf}
 
 
 # ------------------------------------------------------------------------ words, not numbers
-# The vocabularies the files use; plan.py, workload.py, hardware.py and constraints.py read them here.
+# The vocabularies the files use; plan/, workload.py, hardware.py and constraints.py read them here.
 SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
 DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
 ALGORITHMS = ("ring", "direct", "tree", "hierarchical")

@@ -1,4 +1,4 @@
-"""perfmodel compare and sensitivity (perfmodel/cli_studies.py), in-process through cli.main."""
+"""perfmodel compare and sensitivity (perfmodel/cli/studies.py), in-process through cli.main."""
 
 import json
 import re
