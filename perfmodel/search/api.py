@@ -113,13 +113,14 @@ def _check(method: str, budget_s, iterations, restarts: int, precisions, seed=0,
 
 
 def search(system: System | str, model: RankingModel | str, method: str = "gradient", *, seed: int = 0,
-           budget_s: float | None = 60.0, restarts: int = 8, steps: int = 150,
+           budget_s: float | None = None, restarts: int = 8, steps: int = 150,
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
            gradients: bool | str = True, constraints=None) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
-    of wall time if those run out first.
+    of wall time if those run out first (no wall-clock limit unless given: a plan is then a function
+    of the problem, the seed and the iterations alone, on any machine and under any load).
 
     iterations: rounds (a descent's round, a relaxed batch's Adam steps, a generation, a batch of
     random plans); "auto": default_iterations (100 to 3,000, fewer the larger the instance); None:
@@ -275,6 +276,6 @@ def _search(system, model, method, *, seed, budget_s, iterations, precisions, sh
 
 
 def compare(system: System, model: RankingModel, methods=("gradient", "greedy", "random", "evolutionary"), *,
-            seed: int = 0, budget_s: float | None = 60.0, **kw) -> list[SearchResult]:
+            seed: int = 0, budget_s: float | None = None, **kw) -> list[SearchResult]:
     """Run several methods with the same budget each; results in the order given."""
     return [search(system, model, m, seed=seed, budget_s=budget_s, **kw) for m in methods]
