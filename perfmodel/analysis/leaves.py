@@ -64,3 +64,14 @@ def log_gradient(system, model, plan, metric):
         return jnp.log(getattr(evaluate(s, model, plan), metric))
     value, grad = jax.value_and_grad(f)(system)
     return jnp.exp(value), grad
+
+
+def elasticities(system: System, model, plan, metric: str) -> tuple[float, list[tuple]]:
+    """The metric at this plan and, per System leaf (leaf_info's order), (path, name, unit, scale, knob,
+    value x in SI, d metric / d x, elasticity d log metric / d log x), from one reverse pass."""
+    value, grad = log_gradient(system, model, plan, metric)
+    m = float(value)
+    xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
+    gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
+    return m, [(*info, x, g * m, g * x) for info, x, g in zip(leaf_info(system), xs, gs)]
+

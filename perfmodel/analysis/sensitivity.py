@@ -34,7 +34,7 @@ from ..evaluate import resolve
 from ..hardware import System
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
-from .leaves import log_gradient, leaf_info
+from .leaves import elasticities, leaf_info
 from .table import columns, make_table
 
 METRICS = ("step_s", "usd_per_million_samples", "joules_per_sample")
@@ -135,16 +135,10 @@ def sensitivity(system: System, model: RankingModel, plan="search", metric: str 
     if isinstance(fixed, Plan):
         validate_plan(fixed, system, model)
         fixed = to_arrays(fixed, system, model)
-    value, grad = log_gradient(system, model, fixed, metric)
-    m = float(value)
+    m, leaves = elasticities(system, model, fixed, metric)
     if not (np.isfinite(m) and m > 0):
         raise ConfigError("", "metric", f"{metric} is {m:g} at this plan; an elasticity needs a positive, finite metric")
-    xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
-    gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
-    info = leaf_info(system)
-    rows = []
-    for (path, name, unit, scale, kn), x, g in zip(info, xs, gs):
-        rows.append((path, name, unit, x / scale, g * x, g * m * scale, kn))
+    rows = [(path, name, unit, x / scale, e, d * scale, kn) for path, name, unit, scale, kn, x, d, e in leaves]
     rows.sort(key=lambda r: (-abs(r[4]), -abs(r[5]), r[0]))
     n = len(rows)
     cols = {

@@ -43,7 +43,7 @@ from ..hardware import System, link_bandwidths
 from ..plan import stack, stand_in, to_arrays, validate_plan
 from ..workload import RankingModel
 from . import knobs as K
-from .leaves import log_gradient, leaf_info
+from .leaves import elasticities
 from .planning import progress_text
 from .table import make_table
 
@@ -330,13 +330,10 @@ def binding_of(system: System, model: RankingModel, plan) -> tuple[str, float]:
     """(the resource that bounds the step, its elasticity): of RESOURCES, the one whose leaves move the
     step most, |d log step / d log x| at this plan (the plan held: what a 1 % faster resource buys
     before any re-planning). "NIC" is the scale-out network (and scale-up where the NIC carries it)."""
-    _, grad = log_gradient(system, model, plan, "step_s")
-    xs = [float(x) for x in jax.tree_util.tree_leaves(system)]
-    gs = [float(g) for g in jax.tree_util.tree_leaves(grad)]
     el = {}
-    for (path, *_), x, g in zip(leaf_info(system), xs, gs):
+    for path, *_, e in elasticities(system, model, plan, "step_s")[1]:
         key = "levels[]." + path.rsplit(".", 1)[-1] if path.startswith("levels[") else path
-        el[key] = max(el.get(key, 0.0), abs(g * x))
+        el[key] = max(el.get(key, 0.0), abs(e))
     best = max(RESOURCES, key=lambda r: max((el.get(p, 0.0) for p in RESOURCES[r]), default=0.0))
     return best, max(el.get(p, 0.0) for p in RESOURCES[best])
 
