@@ -44,6 +44,12 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
     return folder or None
 
 
+def cache_folder() -> str | None:
+    """The compile cache's folder this process uses (None or "" when it is off)."""
+    import jax
+    return jax.config.jax_compilation_cache_dir
+
+
 @functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
     """A digest of perfmodel's own source files: a program compiled by other code (an upgrade, a

@@ -23,6 +23,7 @@ import os
 import pickle
 import socket
 
+from ..cache import cache_folder
 from ..config import ConfigError, quiet
 
 KINDS = ("serial", "process", "ray")
@@ -83,11 +84,6 @@ def check_address(address: str, field: str = "ray_address") -> None:
                           "one with `ray start --head`, or give 'local' to start one here") from None
 
 
-def _cache_folder() -> str | None:
-    import jax
-    return jax.config.jax_compilation_cache_dir
-
-
 def _init_worker(folder: str | None) -> None:
     from ..cache import enable_compile_cache
     enable_compile_cache(folder)
@@ -138,7 +134,7 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
                 out.append(fn(*job))
                 bar.update()
             return out
-    folder = _cache_folder()
+    folder = cache_folder()
     if not isinstance(executor, cf.ThreadPoolExecutor):
         try:
             pickle.dumps(jobs[0])

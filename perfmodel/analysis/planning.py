@@ -214,8 +214,8 @@ def _plan_file(system: System, model: RankingModel, iterations: int, seed: int) 
     import jax
     import numpy as np
 
-    from ..cache import plan_file_name
-    folder = jax.config.jax_compilation_cache_dir
+    from ..cache import cache_folder, plan_file_name
+    folder = cache_folder()
     if not folder or not Path(folder).is_dir():
         return None
     h = hashlib.sha256(f"{iterations}|{seed}".encode())

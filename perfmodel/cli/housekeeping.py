@@ -60,11 +60,9 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    import jax
+    from ..cache import CACHE_KINDS, cache_files, cache_folder, remove_cache_files
 
-    from ..cache import CACHE_KINDS, cache_files, remove_cache_files
-
-    folder = jax.config.jax_compilation_cache_dir
+    folder = cache_folder()
     if not folder:
         print("the compile cache is off (PERFMODEL_CACHE_DIR is empty)")
         return 0
