@@ -138,10 +138,9 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
     return step_model(system, model, pa, tau)[0]
 
 
-# compiled once per problem shape (System, model and plan structures), reused by every call; with
-# perfmodel's quick compile options (cache.jit): one plan's evaluation runs in about a millisecond, its
-# compile takes 0.56-0.63 s instead of 1.06-1.25 s (MLPerf@h100-16: 0.33 ms a call either way;
-# prod-856@mtia300-256: 1.35 vs 0.52 ms). jax allows compile options only on a top-level jit:
+# compiled once per problem shape (System, model and plan structures), reused by every call, with
+# perfmodel's quick compile options (cache.jit: about half the compile time, the same run time for
+# one plan; benchmarks/bench_compile.py). jax allows compile options only on a top-level jit:
 # evaluate() called under a transformation (inside a jit, vmap or grad: its inputs are tracers), as
 # sweeps do, uses a plain one
 _evaluate_jit = jit(_evaluate, static_argnums=3, quick=True)
