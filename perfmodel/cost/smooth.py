@@ -46,7 +46,9 @@ def _hard_max(x, axis: int = -1):
     miscompiles that conversion inside perfmodel's larger vmapped gradients: counts of 0 and NaN
     derivatives (the relaxed step on dlrm-small / mtia300-16: 600 of its gradient's entries, on
     MLPerf / mtia300-64 the offload logit's; d step / d nic_split everywhere). A gather of the first
-    maximum's tangent has no such conversion."""
+    maximum's tangent has no such conversion. The tangent is picked by a select against the first
+    maximum's index and summed (the others are exact zeros): a gather there would transpose, in a
+    gradient, to a scatter, which XLA:CPU runs element by element."""
     return jnp.max(x, axis=axis)
 
 
@@ -54,7 +56,8 @@ def _hard_max(x, axis: int = -1):
 def _hard_max_jvp(axis, primals, tangents):
     (x,), (t,) = primals, tangents
     first = jnp.expand_dims(jnp.argmax(x, axis=axis), axis)
-    return jnp.max(x, axis=axis), jnp.squeeze(jnp.take_along_axis(t, first, axis=axis), axis)
+    pick = jax.lax.broadcasted_iota(first.dtype, x.shape, axis % x.ndim) == first
+    return jnp.max(x, axis=axis), jnp.sum(jnp.where(pick, t, jnp.zeros((), t.dtype)), axis=axis)
 
 
 def hard_min(x, axis: int = -1):

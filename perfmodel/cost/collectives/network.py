@@ -230,7 +230,9 @@ def per_protocol(net: Net, lat, steps, live):
     t = net.terms
     xp = xp_of(t.per_msg, t.step, lat)
     steps = np.asarray(steps, np.float32)
-    per_kind = xp.sum(steps * against(t.per_msg[..., :, None], steps, 2), axis=-2)       # [..., KINDS]
+    # steps + steps per message / m, per link kind: the per-message column alone is per plan
+    fixed, per_msg = steps[..., 0, :], steps[..., 1, :]
+    per_kind = fixed + per_msg * against(t.per_msg[..., 1:], per_msg, 1) if per_msg.any() else fixed   # [..., KINDS]
     extra = xp.sum(per_kind[..., None] * t.step, axis=-2)                                 # [..., P]
     return lat[..., None] + extra + np.asarray(live, np.float32)[..., None] * t.base
 

@@ -22,13 +22,14 @@ All-to-all takes uneven per-device volumes: the slowest device sets the time.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
-from ..arrays import add_at, xp_of
+from ..arrays import xp_of
 from ..smooth import hard_max, hard_min
 from . import nccl
 from .algorithms import HIER, REGISTRY, RING, TREE, a2a_c, table
@@ -108,8 +109,10 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     eng_rate = xp.maximum(net.engine_Bps, 1.0)
     eng_l = latency(net, tab["eng_lat"])
     eng_c = xp.sum(xp.maximum(eng_l + s * slowest(tab["eng_bytes"]), s * reduced / eng_rate), axis=-1)
-    eng_p = xp.maximum(xp.sum(eng_l, axis=-1) + s1 * slowest(tab["eng_bytes"].sum(1)), s1 * reduced.sum(1) / eng_rate)
-    eng = pipe * eng_p + (1.0 - pipe) * eng_c
+    eng = eng_c
+    if pipe.any():        # (the pipelined form is priced only where an algorithm runs it)
+        eng_p = xp.maximum(xp.sum(eng_l, axis=-1) + s1 * slowest(tab["eng_bytes"].sum(1)), s1 * reduced.sum(1) / eng_rate)
+        eng = pipe * eng_p + (1.0 - pipe) * eng_c
 
     # cores: NCCL's protocols, LL's cap, the channels S gets (nccl.py)
     comp_slow, core_l, ll_bus, over_S = _core_parts(net, tab)
@@ -120,20 +123,23 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
         bw = xp.concatenate([xp.maximum(bw[..., :1], bus_s[..., None]), bw[..., 1:]], axis=-1)    # LL's cap
         per = np.where(per_ch > 0, per_ch, 1.0).astype(np.float32)       # (0: no reduction by size)
         nc = xp.minimum(1.0, xp.maximum(1.0 / ch, S.reshape(S.shape + (1,) * per_ch.ndim) / (ch * per)))
-        nc = xp.where(per_ch > 0, nc, 1.0)
+        if not (per_ch > 0).all():
+            nc = xp.where(per_ch > 0, nc, 1.0)
         return hard_min(lat + bw / nc, -1)
 
     hbm = lambda x: x * 3.0 / net.hbm_Bps                   # a reduction reads two operands, writes one
     slower = _all_reduce_share(xp, tab, S) if op == "all_reduce" else 1.0
     core_c = xp.sum(xp.maximum(timed(core_l, s * comp_slow, s * ll_bus, over_S, slower), hbm(s * reduced)), axis=-1)
-    live = tab["live"][..., None]
-    per_pipe = np.max(np.where(live > 0, over_S * np.maximum(tab["scale"], 1e-30)[..., None], 0.0), axis=1)   # [A, P]
-    core_p = xp.maximum(timed(xp.sum(core_l * live, axis=-2), s1 * slowest(tab["core_bytes"].sum(1)),
-                              s1 * ll_bus.sum(1), per_pipe), hbm(s1 * reduced.sum(1)))
     # NCCL runs a hierarchical form as its calls one after the other, or pipelined where it has the
     # algorithm: CollNet, where the outer level reduces in its switches
     innet = tab["innet"].max(axis=1)                                          # [A]
-    core = innet * xp.minimum(core_p, core_c) + (1.0 - innet) * core_c
+    core = core_c
+    if innet.any():
+        live = tab["live"][..., None]
+        per_pipe = np.max(np.where(live > 0, over_S * np.maximum(tab["scale"], 1e-30)[..., None], 0.0), axis=1)   # [A, P]
+        core_p = xp.maximum(timed(xp.sum(core_l * live, axis=-2), s1 * slowest(tab["core_bytes"].sum(1)),
+                                  s1 * ll_bus.sum(1), per_pipe), hbm(s1 * reduced.sum(1)))
+        core = innet * xp.minimum(core_p, core_c) + (1.0 - innet) * core_c
     for a, algo in enumerate(REGISTRY):
         if op == "all_reduce" and algo.nvls and NVLS[algo.nvls][0](net, lo, hi):
             core = _with(xp, core, a, xp.minimum(core[..., a], NVLS[algo.nvls][1](net, tab, S)))
@@ -294,15 +300,20 @@ def all_to_all(net: Net, send, recv, probs, temperature_max):
     if net.size[-1] == 1:
         return xp.zeros(np.shape(probs)[:-1], np.float32)
     t = net.terms
-    on_link = np.asarray([[lk == k for k in LINKS] for lk in net.link], np.float32)     # [K, links]
+    on_link = [[l for l in range(K) if net.link[l] == k] for k in LINKS]
+    on_link = [levels for levels in on_link if levels]
 
-    def transfer(vol):          # the slowest device's busiest link
-        return temperature_max(hard_max(xp.sum((vol * t.inv_bw)[..., None] * on_link, axis=-2), -1))
+    def transfer(cols):         # the slowest device's busiest link; cols: [D] bytes per level
+        # each link's levels summed in level order: a static selection, not a product with a 0/1
+        # mask over [D, K, links], which costs the evaluation more than the rest of the collective
+        per_link = [functools.reduce(lambda x, y: x + y, (cols[l] * t.inv_bw[l] for l in levels)) for levels in on_link]
+        return temperature_max(hard_max(xp.stack(per_link, axis=-1), -1) if len(per_link) > 1 else per_link[0])
 
     vol = xp.maximum(send, recv)                      # [D, K]
-    forms = [transfer(vol)]
-    if K > 1:
-        forms.append(transfer(add_at(vol, (0,), xp.sum(vol[..., 1:], axis=-1))))
+    cols = [vol[..., l] for l in range(K)]
+    forms = [transfer(cols)]
+    if K > 1:       # hierarchical: the bytes for remote domains cross the scale-up level first
+        forms.append(transfer([cols[0] + xp.sum(vol[..., 1:], axis=-1)] + cols[1:]))
     fixed = [a2a_c(shape(net), hier) for hier in (False, True)[:len(forms)]]
     tt = xp.stack(forms, axis=-1)
     lat = latency(net, np.stack([c.core_lat for c in fixed]))                          # [forms]
