@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -79,7 +80,34 @@ def _over_tables(P, W):
     xp = xp_of(P, W)
     if P.shape[-2] * P.shape[-1] > SMALL_PLACEMENT:
         return xp.swapaxes(P, -1, -2) @ W
+    return _sums(P, W) if xp is np else _sums_traced(P, W)
+
+
+def _sums(P, W):
+    """P^T W as J multiply-and-sums over tables."""
+    xp = xp_of(P, W)
     return xp.stack([xp.sum(P * W[..., :, j, None], axis=-2) for j in range(W.shape[-1])], axis=-1)
+
+
+@jax.custom_vjp
+def _sums_traced(P, W):
+    """_sums, differentiated by matrix products: the derivative of J multiply-and-sums is J
+    [..., T, N] products and sums, which a gradient over a batch of plans streams through memory J
+    times where a product reads them once; a gradient program runs many times, so oneDNN's kernels,
+    built at its first call, pay for themselves (the hard evaluation keeps no product)."""
+    return _sums(P, W)
+
+
+def _sums_fwd(P, W):
+    return _sums(P, W), (P, W)
+
+
+def _sums_bwd(res, ct):
+    P, W = res
+    return W @ jnp.swapaxes(ct, -1, -2), P @ ct
+
+
+_sums_traced.defvjp(_sums_fwd, _sums_bwd)
 
 
 def _domain_sums(x, size: int):
