@@ -164,11 +164,12 @@ def key_preparation(chip, tb, lookups, unique, at):
     return sort, dedupe
 
 
-def table_parts(chip, model: RankingModel, width, cache_ratio):
+def table_parts(chip, model: RankingModel, width, cache_ratio, mass=None):
     """Parts of one whole table's lookup and update time at the global batch, rows `width` wide:
     (fwd_mem, fwd_host, bwd_mem, bwd_host, keys), seconds, [T] each. The access distribution
     (cost/access.py: a Zipf law over the rows ever accessed, a measured top-share curve, a
-    multi-hot expansion; uniform over all rows by default) sets three shares:
+    multi-hot expansion; uniform over all rows by default) sets three shares (`mass`: the top
+    cache_ratio of the rows' share of the lookups, access.top_mass, where the caller has it):
 
     hit       the lookups the device's memory serves: an HBM cache of the fraction cache_ratio of
               the rows, most frequent first, hits access.hbm_cache_hit = mass(cache_ratio) **
@@ -196,7 +197,7 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     B = model.global_batch
     lookups = B * tb.pooling
     hbm = chip.hbm_Bps * chip.hbm_eff
-    mass = access.top_mass(tb, cache_ratio)
+    mass = access.top_mass(tb, cache_ratio) if mass is None else mass
     hit = mass ** tb.access_skew                                      # access.hbm_cache_hit
     unique = access.distinct_per_batch(tb, B)
     rb = width * tb.bytes_per_element
@@ -219,10 +220,10 @@ def table_parts(chip, model: RankingModel, width, cache_ratio):
     return fwd_mem, fwd_host, bwd_mem, bwd_host, sort + dedupe
 
 
-def table_seconds(chip, model: RankingModel, width, cache_ratio):
+def table_seconds(chip, model: RankingModel, width, cache_ratio, mass=None):
     """(forward, backward) seconds of one whole table's lookups at the global batch, rows `width`
     wide: the parts of table_parts summed (the backward includes the key preparation)."""
-    fwd_mem, fwd_host, bwd_mem, bwd_host, keys = table_parts(chip, model, width, cache_ratio)
+    fwd_mem, fwd_host, bwd_mem, bwd_host, keys = table_parts(chip, model, width, cache_ratio, mass)
     return fwd_mem + fwd_host, bwd_mem + bwd_host + keys
 
 
@@ -273,8 +274,9 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     row = tb.dim * wb
     out_rows = tb.output_per_sample()
     hbm = chip.hbm_Bps * chip.hbm_eff
-    f_full, b_full = table_seconds(chip, model, tb.dim, c)
-    f_cw, b_cw = table_seconds(chip, model, tb.dim / k, c)
+    mass = access.top_mass(tb, c)         # the lookups the HBM cache serves: the same at every width
+    f_full, b_full = table_seconds(chip, model, tb.dim, c, mass)
+    f_cw, b_cw = table_seconds(chip, model, tb.dim / k, c, mass)
     out_write = B * out_rows * row / hbm                # pooled outputs at full batch, full width
 
     full = tb.rows * tb.bytes_per_row()

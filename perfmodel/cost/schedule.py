@@ -60,10 +60,20 @@ def dense_stages(chip, model: RankingModel, local_batch) -> Stages:
     """The dense part split into its bottom and top stages, forward and backward."""
     fwd_parts, bwd_parts = gemm_parts(chip, model, local_batch)
     G = len(model.dense.layer) or int(np.shape(model.dense.m)[0])
-    bottom = np.asarray(model.dense.bottom, np.float32) if model.dense.bottom else np.zeros(G, np.float32)
-    parts = {"bf": tuple(x * bottom for x in fwd_parts), "bb": tuple(x * bottom for x in bwd_parts),
-             "tf": tuple(x * (1 - bottom) for x in fwd_parts), "tb": tuple(x * (1 - bottom) for x in bwd_parts)}
+    bottom = np.asarray(model.dense.bottom, bool) if model.dense.bottom else np.zeros(G, bool)
+    parts = {"bf": _stage(fwd_parts, bottom), "bb": _stage(bwd_parts, bottom),
+             "tf": _stage(fwd_parts, ~bottom), "tb": _stage(bwd_parts, ~bottom)}
     return Stages(parts, {k: roofline(p).sum() for k, p in parts.items()})
+
+
+def _stage(parts, mask):
+    """The roofline parts of the GEMMs `mask` marks: a slice where they are consecutive (the other
+    GEMMs would add exact zeros to every sum over the stage), else the parts times the 0/1 mask."""
+    at = np.flatnonzero(mask)
+    if len(at) == 0 or at[-1] - at[0] + 1 == len(at):
+        lo, hi = (int(at[0]), int(at[-1]) + 1) if len(at) else (0, 0)
+        return tuple(x[..., lo:hi] for x in parts)
+    return tuple(x * mask.astype(np.float32) for x in parts)
 
 
 def optimizer_time(chip, model: RankingModel, shard):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..hardware import System, domain_chips
@@ -124,6 +126,17 @@ class CommTimes(NamedTuple):
     chunks: object       # the overlap chunks' extra calls (the output and gradient distributions each pay them)
 
 
+def each(xp, fn, *columns) -> list:
+    """fn(*args) for each args of zip(*columns): traced, one vmapped call over their stack (the
+    program holds one copy of fn for all of them, and a smooth max inside stays each one's own); in
+    numpy one call each (a batch's per-plan values carry its axis first)."""
+    if xp is np:
+        return [fn(*args) for args in zip(*columns)]
+    out = jax.vmap(fn)(*(jnp.stack([jnp.broadcast_to(jnp.asarray(v, jnp.float32), jnp.shape(col[0])) for v in col])
+                         for col in columns))
+    return [out[i] for i in range(len(columns[0]))]
+
+
 def collective_times(system: System, pa: PlanArrays, tr: Traffic, net: coll.Net, dmax) -> CommTimes:
     """How long each collective of a plan's step takes on `net` (coll.make_net), `dmax` its max
     over devices (exact, or smooth for a relaxed plan)."""
@@ -133,33 +146,33 @@ def collective_times(system: System, pa: PlanArrays, tr: Traffic, net: coll.Net,
     emb, u = tr.emb, tr.used
     algo = pa.algorithm
 
-    def expected(p, timed, *volumes):
+    def given(p, *volumes):       # the volumes given that the collective runs (probability p)
         safe = xp.maximum(p, 1e-6)
-        return p * timed(*(v / lead(safe, v) for v in volumes))
+        return [v / lead(safe, v) for v in volumes]
     a2a, rs, ag, ar = (algo[..., i, :] for i in (A2A, RS, AG, AR))
-    c_in = expected(u.input, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.in_send, emb.in_recv)
-    c_rw = expected(u.rw, lambda x: coll.reduce_scatter(net, x, 0, top, rs), emb.rw_bytes)
-    c_rw_b = expected(u.rw, lambda x: coll.all_gather(net, x, 0, top, ag), emb.rw_bytes)
+    in_send, in_recv = given(u.input, emb.in_send, emb.in_recv)
+    out_send, out_recv = given(u.a2a, emb.out_send, emb.out_recv)
+    (rw,), (dp,) = given(u.rw, emb.rw_bytes), given(u.dp, emb.dp_grad_bytes)
     # table-row-wise (pooled): the reduce-scatter inside each domain (its slowest device's buffer)
     # before the all-to-all, and in the backward the all-gather after it
-    tr_max = dmax(emb.tr_bytes)
-    c_tr = expected(u.tr, lambda x: coll.reduce_scatter(net, x, 0, 0, rs), tr_max)
-    c_tr_b = expected(u.tr, lambda x: coll.all_gather(net, x, 0, 0, ag), tr_max)
-    a2a_out = expected(u.a2a, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), emb.out_send, emb.out_recv)
-    c_out = a2a_out + c_rw + c_tr
-    c_gout = a2a_out + c_rw_b + c_tr_b
-
+    (tr_max,) = given(u.tr, dmax(emb.tr_bytes))
     g_bytes, p_bytes = tr.grad_bytes, tr.param_bytes
-    m_rep, m_fsdp, m_hyb = pa.dense_mode[..., 0], pa.dense_mode[..., 1], pa.dense_mode[..., 2]
-    ddp = coll.all_reduce(net, g_bytes, 0, top, ar)
-    fsdp_rs = coll.reduce_scatter(net, g_bytes, 0, top, rs)
-    fsdp_ag = coll.all_gather(net, p_bytes, 0, top, ag)
-    hyb_rs = coll.reduce_scatter(net, g_bytes, 0, 0, rs)
+    t_in, t_out = each(xp, lambda a, c: coll.all_to_all(net, a, c, a2a, dmax), (in_send, out_send), (in_recv, out_recv))
+    c_rw, fsdp_rs = each(xp, lambda x: coll.reduce_scatter(net, x, 0, top, rs), (rw, g_bytes))
+    c_rw_b, fsdp_ag = each(xp, lambda x: coll.all_gather(net, x, 0, top, ag), (rw, p_bytes))
+    c_tr, hyb_rs = each(xp, lambda x: coll.reduce_scatter(net, x, 0, 0, rs), (tr_max, g_bytes))
+    c_tr_b, hyb_ag = each(xp, lambda x: coll.all_gather(net, x, 0, 0, ag), (tr_max, p_bytes))
+    ddp, c_dp = each(xp, lambda x: coll.all_reduce(net, x, 0, top, ar), (g_bytes, dp))
     hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, ar) if K > 1 else 0.0
-    hyb_ag = coll.all_gather(net, p_bytes, 0, 0, ag)
+    c_in = u.input * t_in
+    a2a_out = u.a2a * t_out
+    c_out = a2a_out + u.rw * c_rw + u.tr * c_tr
+    c_gout = a2a_out + u.rw * c_rw_b + u.tr * c_tr_b
+    c_dp = u.dp * c_dp
+
+    m_rep, m_fsdp, m_hyb = pa.dense_mode[..., 0], pa.dense_mode[..., 1], pa.dense_mode[..., 2]
     c_sync_dense = m_rep * ddp + m_fsdp * fsdp_rs + m_hyb * (hyb_rs + hyb_ar)
     c_ag = m_fsdp * fsdp_ag + m_hyb * hyb_ag                 # parameter all-gather, forward and backward
-    c_dp = expected(u.dp, lambda x: coll.all_reduce(net, x, 0, top, ar), emb.dp_grad_bytes)
     alpha_max = net.alpha[0]
     for a in net.alpha[1:]:
         alpha_max = xp.maximum(alpha_max, a)
