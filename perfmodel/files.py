@@ -44,17 +44,12 @@ def check_place(path: str | Path, *, new: bool = True, what: str = "file", examp
     return p
 
 
-def check_new_file(path: str | Path) -> Path:
-    """Raise ConfigError naming `path` if it exists or its folder does not (see check_place)."""
-    return check_place(path)
-
-
 def check_output(path: str | Path, formats: tuple[str, ...] = (), what: str = "file") -> Path:
     """Raise ConfigError naming `path` unless a result can be written there as a new file, before
     any work: it does not exist, its name ends in one of `formats` (when given: '.png', ...), its
     folder exists, and the folder takes a new file (tried: the file is created and removed at once,
     so no permission, a read-only file system or /proc fail here, not after a long search)."""
-    p = check_new_file(path)
+    p = check_place(path)
     if formats and p.suffix.lower() not in formats:
         raise ConfigError(str(p), "", f"is not a {what} name this command writes: give a name ending in "
                           f"{', '.join(formats)}")
@@ -71,7 +66,7 @@ def check_output(path: str | Path, formats: tuple[str, ...] = (), what: str = "f
 def open_new(path: str | Path, binary: bool = False, newline: str | None = None):
     """The open file of a result that must not exist yet (exclusive create: no race, no overwrite);
     an interrupted or failed writing leaves no file behind."""
-    p = check_new_file(path)
+    p = check_place(path)
     try:
         f = p.open("xb" if binary else "x", newline=None if binary else newline)
     except FileExistsError:

@@ -25,7 +25,7 @@ from .analysis import knobs as K
 from .analysis.table import columns
 from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown
-from .files import check_new_file, check_output, open_new
+from .files import check_output, check_place, open_new
 from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices, sample_devices
 
 PHASE_COLORS = {
@@ -419,7 +419,7 @@ def save_figure(ax_or_fig, path: str | Path, overwrite: bool = False, dpi: int =
     if p.suffix.lower() not in figure_formats():
         raise ConfigError(str(p), "", f"is not a figure name: give one ending in {', '.join(figure_formats())}")
     if not overwrite:
-        check_new_file(p)             # a refused name leaves the figure open, to be written elsewhere
+        check_place(p)                # a refused name leaves the figure open, to be written elsewhere
     try:
         if overwrite:
             fig.savefig(p, dpi=dpi, bbox_inches="tight")
