@@ -27,8 +27,8 @@ from .cost.schedule import step_schedule
 from .cost.smooth import reduce_max
 from .cost.traffic import collective_times, plan_traffic
 from .config import ConfigError
-from .hardware import System, _pytree, capacity_bytes, load_system, static
-from .plan import Plan, PlanArrays, check_arrays, load_plan, to_arrays, validate_plan
+from .hardware import System, _pytree, capacity_bytes, load_system, static, whole_system
+from .plan import Plan, PlanArrays, check_arrays, group_problem, load_plan, to_arrays, validate_plan
 from .workload import RankingModel, load_model
 
 PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_bwd", "grad_dist",
@@ -61,7 +61,8 @@ class Breakdown:
     joules_per_sample: jax.Array
     comm_bytes: dict              # collective -> bytes per device (max over devices)
     contention: dict              # overlap -> how much slower its dense compute runs next to the collective
-    num_chips: int = static(default=1)
+    num_chips: int = static(default=1)   # devices of the per-device arrays (a 2D plan: one sharding group's)
+    replicas: int = static(default=1)    # a 2D plan's sharding groups: the system has num_chips x replicas chips
 
 
 def _loaded(value, cls, load, field: str, allowed: str):
@@ -152,19 +153,28 @@ def step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) 
     per-device all-to-all volumes from them): the plan's traffic (cost/traffic.py), its collectives'
     times, their schedule with the compute (cost/schedule.py), memory and the figures. Traced for one
     plan (vmap over plans); in numpy, of a batch of discrete plans (PlanArrays with a leading batch
-    axis, as every output then has: cost.arrays; tau must be 0)."""
+    axis, as every output then has: cost.arrays; tau must be 0).
+
+    A 2D plan (PlanArrays.replicas > 1) is priced on one sharding group (plan.group_problem: every
+    group does the same work at the same time): its per-device figures are the group's devices';
+    the step adds the replicas' sync, the dense sync spans every chip, and samples/s, cost and
+    energy are the whole system's."""
+    system, model = group_problem(system, model, pa)
     net = coll.make_net(system, pa.offload)
     tr = plan_traffic(system, model, pa)
     comm = collective_times(system, pa, tr, net, lambda x: reduce_max(x, -1, tau))
     sc = step_schedule(system, model, pa, tr, comm, net, tau)
     mem, parts, cap, feasible = _memory(system, model, pa, tr)
-    D, B, step = system.num_chips, model.global_batch, sc.step
+    rep = system.replication
+    whole, R = (system, 1) if rep is None else (rep.whole, rep.replicas)
+    D, B, step = system.num_chips, model.global_batch * R, sc.step
     bd = Breakdown(
         step_s=step, samples_per_s=B / step, phase_s=sc.phase, start_s=sc.start, end_s=sc.end, compute_s=sc.compute,
         comm_s=sc.comm_busy, exposed_comm_s=xp_of(step).maximum(step - reduce_max(sc.compute, -1, tau), 0.0),
         interference_s=sc.interference, slowdown=sc.compute / sc.compute_plain, mfu=_mfu(system, model, step),
         memory_bytes=mem, memory_parts=parts, capacity_bytes=cap, host_memory_bytes=tr.emb.host_bytes,
-        feasible=feasible, **_prices(system, model, step), comm_bytes=tr.sent, contention=sc.slowdown, num_chips=D,
+        feasible=feasible, **_prices(whole, B, step), comm_bytes=tr.sent, contention=sc.slowdown, num_chips=D,
+        replicas=R,
     )
     return bd, tr.emb
 
@@ -175,7 +185,8 @@ def _memory(system: System, model: RankingModel, pa: PlanArrays, tr):
     xp = xp_of(pa.shard_type)
     zero = xp.zeros(np.shape(pa.offload) + (D,), np.float32)
     dv = lambda x: lead(x, zero)          # a per-plan value against per-device ones (numpy: [N] -> [N, 1])
-    dense_mem = dv(dense_state_bytes(model, dense_shards(pa, D, system.domain_size))) + zero
+    whole = whole_system(system)          # a 2D plan's dense state is sharded over every group's chips
+    dense_mem = dv(dense_state_bytes(model, dense_shards(pa, whole.num_chips, whole.domain_size))) + zero
     act = activation_bytes(model, B / D, emb.pooled_bytes) + zero
     buffers = (xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr.tr_moved + xp.sum(emb.in_send + emb.in_recv, axis=-1)
                + dv((B * emb.rw_bytes / B) * 2.0) + dv(tr.grad_bytes / pa.grad_buckets))
@@ -192,9 +203,9 @@ def _mfu(system: System, model: RankingModel, step):
     return dense_flops(model) * model.global_batch / (step * system.num_chips * peak)
 
 
-def _prices(system: System, model: RankingModel, step) -> dict:
-    """Dollars per million samples and joules per sample at `step` seconds a step."""
-    D, B, chip = system.num_chips, model.global_batch, system.chip
+def _prices(system: System, B, step) -> dict:
+    """Dollars per million samples and joules per sample at `step` seconds a step of B samples."""
+    D, chip = system.num_chips, system.chip
     hosts = system.num_hosts if D % system.chips_per_host else D / system.chips_per_host   # a partial host costs a whole one
     usd = (D * chip.usd_per_hour + hosts * system.host_usd_per_hour) * step / 3600.0 / B * 1e6
     joules = hosts * system.host_power_W * step / B      # host power includes its accelerators (Table III)

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import ConfigError, Section, exists, preset_names, preset_path, read_file
-from .schema import CHIP, CHIP_OPTIONS, GB, GBIT, GBPS, LEVEL_LINKS, MAX_CHIPS, NIC_ATTACH, SCALE_UP_KINDS, SYSTEM, TF, US
+from .schema import (CHIP, CHIP_OPTIONS, GB, GBIT, GBPS, GROUP_LAYOUTS, LEVEL_LINKS, MAX_CHIPS, MAX_SYNC_EVERY, NIC_ATTACH,
+                     SCALE_UP_KINDS, SYSTEM, TF, US)
 
 
 
@@ -140,6 +141,8 @@ class System:
     num_chips: int = static(default=1)
     chips_per_host: int = static(default=1)
     name: str = static(default="system")
+    # set on a sharding group of a 2D plan (sharding_group): how the group sits in the whole system
+    replication: "Replication | None" = None
 
     @property
     def domain_size(self) -> int:
@@ -174,6 +177,114 @@ class System:
 
     def replace(self, **changes) -> "System":
         return dataclasses.replace(self, **changes)
+
+
+@_pytree
+@dataclass(frozen=True)
+class Replication:
+    """How a sharding group of a 2D plan sits in the whole system (sharding_group).
+
+    2D sparse parallelism (Meta's, TorchRec's DMPCollection) makes the D chips R replicas of
+    sharding groups of G = D / R chips: every table is sharded inside each group by one group plan,
+    and the R copies of each shard (one per group) are synchronized. TorchRec lays the groups out in
+    one of two ways (DMPCollection's process groups):
+
+      strided     group g holds ranks g, g + R, g + 2R, ...: a shard's R replicas sit on R
+                  neighbouring ranks, so their sync runs on the innermost links (the default)
+      contiguous  group g holds ranks g G .. g G + G - 1: the all-to-alls stay on a block of the
+                  network and the sync crosses the levels above it (use_inter_host_allreduce)
+
+    sync_every k: the replicas synchronize every k steps. k = 1 all-reduces the gradients of the rows
+    a step touched (a synchronous step, as data parallelism over the replicas); k > 1 averages the
+    shards' weights and optimizer state every k steps (DMPCollection.sync), its cost spread over k."""
+
+    whole: "System"
+    replicas: int = static(default=1)
+    layout: str = static(default="strided")
+    sync_every: int = static(default=1)
+
+
+def _cut(levels, block: int) -> tuple:
+    """The levels of the first `block` chips: those inside a block, and the first one reaching it
+    cut to the block."""
+    out = []
+    for lv in levels:
+        out.append(lv if lv.size < block else dataclasses.replace(lv, size=block))
+        if lv.size >= block:
+            break
+    return tuple(out)
+
+
+def _above(levels, block: int) -> tuple:
+    """The levels one chip of each `block` of consecutive chips reaches: those larger than a block,
+    each holding size / block of them."""
+    return tuple(dataclasses.replace(lv, size=lv.size // block) for lv in levels if lv.size > block)
+
+
+def replication_problem(system: System, replicas, layout: str = "strided") -> str | None:
+    """Why `replicas` sharding groups in `layout` do not fit `system`, in words; None if they do."""
+    D = system.num_chips
+    if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 1:
+        return f"must be an integer >= 1 (1: one sharding group of all {D} chips), got {replicas!r}"
+    if layout not in GROUP_LAYOUTS:
+        return f"has group layout {layout!r}; allowed: {', '.join(GROUP_LAYOUTS)}"
+    R = int(replicas)
+    if R == 1:
+        return None
+    if D % R or D // R < 2:
+        return (f"is {R}: it must divide the {D:,} chips of {system.name} into groups of 2 or more chips "
+                f"(at most {D // 2:,} replicas)")
+    if system.partial:
+        return (f"is {R}, but {system.name}'s last domain is partial; sharding groups need whole domains "
+                f"(use a chip count of whole {system.levels[-2].size if len(system.levels) > 1 else 1}-chip domains)")
+    block, what = (R, f"a shard's {R} replicas (on neighbouring ranks, strided groups)") if layout == "strided" \
+        else (D // R, f"a sharding group of {D // R} consecutive ranks (contiguous groups)")
+    for lv in system.levels:
+        if lv.size % block and block % lv.size:
+            return (f"is {R}: {what} would split a {lv.name} domain of {lv.size} chips unevenly; the sync and "
+                    f"the all-to-alls need whole domains (use a block of chips that divides or is a multiple of "
+                    f"{lv.size})")
+    return None
+
+
+def sharding_group(system: System, replicas: int, layout: str = "strided", sync_every: int = 1) -> System:
+    """The System of one sharding group of a 2D plan (Replication): its G = D / replicas chips with
+    the levels they reach (strided: each level's domains hold 1 / replicas of their chips; contiguous:
+    the levels inside a group's block), the same chips and links, and `replication` to price what
+    ties the groups together. replicas = 1: `system` itself. ConfigError naming `replicas` where the
+    groups do not fit (replication_problem)."""
+    why = replication_problem(system, replicas, layout)
+    if why is not None:
+        raise ConfigError("", "replicas", why)
+    if isinstance(sync_every, bool) or not isinstance(sync_every, (int, np.integer)) or not 1 <= sync_every <= MAX_SYNC_EVERY:
+        raise ConfigError("", "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,} (steps between "
+                          f"synchronizations of the replicas), got {sync_every!r}")
+    R = int(replicas)
+    if R == 1:
+        return system
+    D, G = system.num_chips, system.num_chips // R
+    levels = _above(system.levels, R) if layout == "strided" else _cut(system.levels, G)
+    per_host = max(1, system.chips_per_host // R) if layout == "strided" else min(system.chips_per_host, G)
+    return dataclasses.replace(system, levels=levels, num_chips=G, chips_per_host=per_host,
+                               name=f"{system.name}/{R}x{G}",
+                               replication=Replication(system, R, layout, int(sync_every)))
+
+
+
+def whole_system(system: System) -> System:
+    """The system whose chips all hold the dense part: a 2D plan's sharding group's whole system,
+    or `system` itself."""
+    return system if system.replication is None else system.replication.whole
+
+
+def replica_system(group: System) -> System:
+    """The System of one shard's replicas (one chip of each sharding group) and the levels they
+    reach: strided, the first `replicas` chips; contiguous, one chip of each block of a group's size."""
+    rep = group.replication
+    whole, R = rep.whole, rep.replicas
+    levels = _cut(whole.levels, R) if rep.layout == "strided" else _above(whole.levels, group.num_chips)
+    return dataclasses.replace(whole, levels=levels, num_chips=R, chips_per_host=min(whole.chips_per_host, R),
+                               name=f"{whole.name} replicas", replication=None)
 
 
 def capacity_bytes(system: System):

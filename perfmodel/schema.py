@@ -335,6 +335,8 @@ GUARD_UNITS = ("s", "ms", "us")
 NIC_ATTACH = ("integrated", "pcie")
 SCALE_UP_KINDS = ("nvlink", "pcie")
 LEVEL_LINKS = ("scale_up", "scale_out")
+GROUP_LAYOUTS = ("strided", "contiguous")   # 2D plans: how the sharding groups sit on the ranks (hardware.Replication)
+MAX_SYNC_EVERY = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -415,6 +417,13 @@ PLAN = _options(
     ("", "pipeline", "flag", "true or false", "true", "embedding all-to-alls overlap the previous / next batch"),
     ("", "grad_buckets", "integer", "1 to 1024", "4", "gradient-sync buckets"),
     ("", "overlap_chunks", "integer", "1 to 1024", "1", "chunks of compute / communication overlap"),
+    ("", "replicas", "integer", "dividing the chips into sharding groups of 2 or more, aligned to the network's "
+     "domains", "1", "2D sparse parallelism: the tables' ranks are a group's (0..D/replicas-1), every group holds "
+     "them all and the replicas of a shard are synchronized"),
+    ("", "group_layout", "text", _one(GROUP_LAYOUTS), "strided",
+     "strided: a shard's replicas on neighbouring ranks (TorchRec's default); contiguous: a group on consecutive ranks"),
+    ("", "sync_every", "integer", f"1 to {MAX_SYNC_EVERY:,}", "1", "steps between the replicas' synchronizations "
+     "(1: the touched rows' gradients every step; more: weights and optimizer state every k steps)"),
 )
 GUARD = _options(
     ("", "name", "text", "any", "guard", "the second cost model's name"),

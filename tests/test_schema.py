@@ -241,7 +241,7 @@ def test_every_key_a_loader_reads_from_a_preset_is_in_the_schema(monkeypatch):
 def test_plan_and_constraint_fields_are_the_schemas():
     from perfmodel.constraints import TableConstraint
     from perfmodel.schema import CONSTRAINT, PLAN
-    plan = pm.Plan(tables={"t": pm.TablePlan("table_wise", [0])}).to_dict()
+    plan = pm.Plan(tables={"t": pm.TablePlan("table_wise", [0])}, replicas=2).to_dict()   # a 2D plan writes every field
     assert set(plan) == {o.key for o in PLAN.values() if not o.section}
     assert set(plan["tables"]["t"]) == {o.key for o in PLAN.values() if o.section == "tables.<table>"}
     assert [f.name for f in dataclasses.fields(TableConstraint)] == [o.key for o in CONSTRAINT.values()]

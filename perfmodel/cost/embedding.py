@@ -381,3 +381,28 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     pooled = xp_of(tb.dim).sum(out_rows * tb.dim)
     return EmbeddingCosts(fwd, bwd, out_send, out_recv, in_send, in_recv, rw_bytes, tr_bytes, dp_grad,
                           hbm_bytes, host_bytes, pooled)
+
+
+def replica_sync_bytes(system: System, model: RankingModel, pa: PlanArrays, grad_bytes):
+    """[D] bytes each device of a 2D plan's sharding group (hardware.Replication) all-reduces with
+    the replicas of its shards at a synchronization: with sync_every = 1 the gradients of the rows
+    the whole step touched (the union of the replicas' distinct rows, access.distinct_per_batch at
+    the global batch: the group's batch x replicas), rows x dim at the gradient precision; with
+    sync_every = k > 1 the shards' weights and optimizer state, HBM and host alike (TorchRec's
+    DMPCollection.sync averages them). Data-parallel tables are not here: their gradients are
+    all-reduced over every chip with the dense ones."""
+    rep, tb = system.replication, model.tables
+    xp = xp_of(pa.shard_type)
+    S = pa.shard_type
+    if rep.sync_every == 1:
+        touched = access.distinct_per_batch(tb, model.global_batch * rep.replicas)
+        per_table = touched * tb.dim * lead(grad_bytes, S[..., 0])
+    else:
+        per_table = tb.rows * tb.bytes_per_row() + xp.zeros_like(S[..., 0])
+    D, L = system.num_chips, system.domain_size
+    s_sub = row_wise_subset(pa, D)
+    s_sub = 0.0 if s_sub is None else s_sub
+    held = _over_tables(pa.placement, ((S[..., TW] + S[..., CW] + s_sub) * per_table)[..., None])
+    by_domain = _per_domain(_over_tables(pa.domain_placement, (S[..., TWRW] * per_table / L)[..., None]), system)
+    everywhere = xp.sum((S[..., RW] - s_sub) * per_table, axis=-1) / D
+    return held[..., 0] + by_domain[..., 0] + lead(everywhere, held[..., 0])

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..hardware import System
+from ..hardware import System, whole_system
 from ..plan import PlanArrays
 from ..workload import RankingModel
 from . import contention
@@ -174,7 +174,8 @@ def step_schedule(system: System, model: RankingModel, pa: PlanArrays, tr: Traff
     stages = dense_stages(chip, model, model.global_batch / D)
     t_bf, t_bb, t_tf, t_tb = (stages.alone[k] for k in STAGES)
     e_f, e_b = tr.emb.fwd_s, tr.emb.bwd_s
-    t_opt = optimizer_time(chip, model, dense_shards(pa, D, system.domain_size))
+    dense = whole_system(system)          # a 2D plan's dense state is sharded over every group's chips
+    t_opt = optimizer_time(chip, model, dense_shards(pa, dense.num_chips, dense.domain_size))
     x = interference(chip, net, pa, stages, e_f, comm, tr, mn)
     x_bf, x_prev, x_tf, x_tb, x_bb, x_ef = x[:6]
     c_in, c_out, c_gout, c_sync, c_ag = comm.input, comm.output, comm.grad, comm.sync, comm.gather

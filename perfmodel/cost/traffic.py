@@ -31,12 +31,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, domain_chips
+from ..hardware import System, domain_chips, replica_system, whole_system
 from ..plan import COLLECTIVES, CW, DP, PRECISION_BYTES, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
 from . import collectives as coll
 from .arrays import lead, xp_of
-from .embedding import EmbeddingCosts, embedding_costs, hierarchical, row_wise_subset
+from .embedding import EmbeddingCosts, embedding_costs, hierarchical, replica_sync_bytes, row_wise_subset
 from .smooth import hard_max
 
 A2A, AR, RS, AG = (COLLECTIVES.index(k) for k in ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"))
@@ -62,6 +62,7 @@ class Traffic(NamedTuple):
     tr_moved: object     # [D] bytes the table-row-wise reduce-scatter sends (and receives) per device
     sent: dict           # collective phase -> bytes per device, the busiest device's (Breakdown.comm_bytes)
     hbm: dict            # collective phase -> HBM bytes a chip sends and receives, the busiest device's
+    replica: object = None   # a 2D plan's group: [D] bytes each device syncs with its shards' replicas
 
 
 def element_bytes(pa: PlanArrays):
@@ -104,15 +105,23 @@ def plan_traffic(system: System, model: RankingModel, pa: PlanArrays) -> Traffic
     out_bytes = (hard_max(xp.sum(xp.maximum(emb.out_send, emb.out_recv), axis=-1) + tr_moved, -1)
                  + emb.rw_bytes * (D - 1) / D)
     in_bytes = hard_max(xp.sum(xp.maximum(emb.in_send, emb.in_recv), axis=-1), -1)
-    sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (D - 1) / D
+    # the dense and data-parallel gradients are all-reduced over every chip, a 2D plan's groups too
+    rep = system.replication
+    Dw = whole_system(system).num_chips
+    sync_bytes = 2.0 * (g_bytes + emb.dp_grad_bytes) * (Dw - 1) / Dw
+    replica = None
+    if rep is not None:
+        R = rep.replicas
+        replica = replica_sync_bytes(system, model, pa, grad_b)
+        sync_bytes = sync_bytes + 2.0 * hard_max(replica, -1) * (R - 1) / R / rep.sync_every
     # bytes each chip sends and receives (its HBM traffic's measure): the busiest device's
     out_traffic = (hard_max(xp.sum(emb.out_send + emb.out_recv, axis=-1) + 2.0 * tr_moved, -1)
                    + 2.0 * emb.rw_bytes * (D - 1) / D)
     in_traffic = hard_max(xp.sum(emb.in_send + emb.in_recv, axis=-1), -1)
     sent = {"input_dist": in_bytes, "output_dist": out_bytes, "grad_dist": out_bytes, "dense_sync": sync_bytes}
     hbm = {"input_dist": in_traffic, "output_dist": out_traffic, "dense_sync": 2.0 * sync_bytes,
-           "param_gather": 2.0 * p_bytes * (D - 1) / D}
-    return Traffic(emb, u, g_bytes, p_bytes, tr_moved, sent, hbm)
+           "param_gather": 2.0 * p_bytes * (Dw - 1) / Dw}
+    return Traffic(emb, u, g_bytes, p_bytes, tr_moved, sent, hbm, replica)
 
 
 class CommTimes(NamedTuple):
@@ -164,6 +173,12 @@ def collective_times(system: System, pa: PlanArrays, tr: Traffic, net: coll.Net,
     c_tr_b, hyb_ag = each(xp, lambda x: coll.all_gather(net, x, 0, 0, ag), (tr_max, p_bytes))
     ddp, c_dp = each(xp, lambda x: coll.all_reduce(net, x, 0, top, ar), (g_bytes, dp))
     hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, ar) if K > 1 else 0.0
+    c_rep = 0.0
+    rep = system.replication
+    if rep is not None:        # a 2D plan's group: the dense sync spans every chip; the replicas sync
+        ddp, c_dp, fsdp_rs, fsdp_ag, hyb_rs, hyb_ag, hyb_ar = _whole_sync(rep.whole, pa, tr, dp, ar, rs, ag)
+        # it runs if some table is sharded (u.input: not data-parallel), as the index all-to-all
+        c_rep = u.input * _replica_sync(system, pa, tr, dmax, ar, u.input) / rep.sync_every
     c_in = u.input * t_in
     a2a_out = u.a2a * t_out
     c_out = a2a_out + u.rw * c_rw + u.tr * c_tr
@@ -177,5 +192,29 @@ def collective_times(system: System, pa: PlanArrays, tr: Traffic, net: coll.Net,
     for a in net.alpha[1:]:
         alpha_max = xp.maximum(alpha_max, a)
     chunk_comm = (pa.overlap_chunks - 1.0) * (net.setup_s + alpha_max) * (D > 1)
-    c_sync = c_sync_dense + c_dp + (pa.grad_buckets - 1.0) * (net.setup_s + alpha_max) * (D > 1) + c_ag
+    c_sync = c_sync_dense + c_dp + (pa.grad_buckets - 1.0) * (net.setup_s + alpha_max) * (D > 1) + c_ag + c_rep
     return CommTimes(c_in, c_out, c_gout, c_sync, c_ag, chunk_comm)
+
+
+def _whole_sync(whole: System, pa: PlanArrays, tr: Traffic, dp, ar, rs, ag):
+    """A 2D plan's dense sync on the whole system (every group's chips): the dense gradients'
+    all-reduce, reduce-scatter and all-gather, the data-parallel tables' all-reduce and the hybrid
+    mode's pieces, as collective_times prices them on one group of all chips."""
+    net = coll.make_net(whole, pa.offload)
+    top, L = len(whole.levels) - 1, whole.domain_size
+    g_bytes, p_bytes = tr.grad_bytes, tr.param_bytes
+    ddp, c_dp = (coll.all_reduce(net, x, 0, top, ar) for x in (g_bytes, dp))
+    fsdp_rs, fsdp_ag = coll.reduce_scatter(net, g_bytes, 0, top, rs), coll.all_gather(net, p_bytes, 0, top, ag)
+    hyb_rs, hyb_ag = coll.reduce_scatter(net, g_bytes, 0, 0, rs), coll.all_gather(net, p_bytes, 0, 0, ag)
+    hyb_ar = coll.all_reduce(net, g_bytes / L, 1, top, ar) if top > 0 else 0.0
+    return ddp, c_dp, fsdp_rs, fsdp_ag, hyb_rs, hyb_ag, hyb_ar
+
+
+def _replica_sync(group: System, pa: PlanArrays, tr: Traffic, dmax, ar, p_used):
+    """One synchronization of a 2D plan's replicas, given that it runs (probability p_used): the
+    all-reduce of the busiest device's sync bytes (tr.replica) among one chip of each group, on the
+    levels where the replicas sit (hardware.replica_system)."""
+    replicas = replica_system(group)
+    net = coll.make_net(replicas, pa.offload)
+    volume = dmax(tr.replica) / xp_of(p_used).maximum(p_used, 1e-6)
+    return coll.all_reduce(net, volume, 0, len(replicas.levels) - 1, ar)

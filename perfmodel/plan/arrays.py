@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..hardware import System, _pytree
+from ..hardware import System, _pytree, static
 from ..workload import RankingModel
-from .plans import Plan, TablePlan
+from .plans import Plan, TablePlan, group_problem
 from .space import (ALGORITHMS, COLLECTIVES, DENSE_MODES, DP, PRECISIONS, RW, SHARDING_TYPES, TW, CW, TWRW,
                     row_partials, table_ranks)
 
@@ -60,22 +60,33 @@ class PlanArrays:
     grad_buckets: jax.Array
     overlap_chunks: jax.Array
     row_shards: jax.Array | None = None
+    # a 2D plan (Plan.replicas > 1): the arrays are one sharding group's (D = its chips)
+    replicas: int = static(default=1)
+    group_layout: str = static(default="strided")
+    sync_every: int = static(default=1)
 
 
 TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
+GROUP_FIELDS = ("replicas", "group_layout", "sync_every")
 # row_shards is neither: plans a search makes leave it None (row_wise spans every device)
-SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays) if f.name not in TABLE_FIELDS + ("row_shards",))
+SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays)
+                       if f.name not in TABLE_FIELDS + GROUP_FIELDS + ("row_shards",))
 FIELDS = TABLE_FIELDS + SETTING_FIELDS
 
 
-def build(tables: dict, settings: dict, row_shards=None) -> PlanArrays:
+def build(tables: dict, settings: dict, row_shards=None, group: dict | None = None) -> PlanArrays:
     """PlanArrays from its table leaves (TABLE_FIELDS) and its settings leaves (SETTING_FIELDS), each
     set whole: the one constructor every plan builder goes through, so a field added to PlanArrays
-    is a field every builder must provide."""
+    is a field every builder must provide. group: a 2D plan's GROUP_FIELDS (default: 1D)."""
     if set(tables) != set(TABLE_FIELDS) or set(settings) != set(SETTING_FIELDS):
         wrong = sorted(set(tables) ^ set(TABLE_FIELDS)) + sorted(set(settings) ^ set(SETTING_FIELDS))
         raise TypeError(f"PlanArrays leaves missing or unknown: {', '.join(wrong)}")
-    return PlanArrays(**tables, **settings, row_shards=row_shards)
+    return PlanArrays(**tables, **settings, row_shards=row_shards, **(group or {}))
+
+
+def group_of(plan) -> dict:
+    """The GROUP_FIELDS of a Plan or PlanArrays."""
+    return {f: getattr(plan, f) for f in GROUP_FIELDS}
 
 
 def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
@@ -90,7 +101,8 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
     leaves are reused: only the settings are built (a search scores hundreds of such variants)."""
     settings = settings_arrays(plan)
     if tables is not None:
-        return replace(tables, **settings)
+        return replace(tables, **settings, **group_of(plan))
+    system, model = group_problem(system, model, plan)
     names = model.tables.names
     T, D, L = len(names), system.num_chips, system.domain_size
     H = system.num_domains
@@ -117,7 +129,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
         cache[i] = t.cache_ratio
     subset = bool(np.any(rows < D))     # only then the arrays carry row_shards (module docstring of PlanArrays)
     return build(dict(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache), settings,
-                 row_shards=rows if subset else None)
+                 row_shards=rows if subset else None, group=group_of(plan))
 
 
 def settings_arrays(plan: Plan) -> dict:
@@ -151,7 +163,9 @@ def check_arrays(pa: PlanArrays, system: System, model: RankingModel) -> None:
     """Raise ConfigError naming the field where concrete PlanArrays cannot be priced: a NaN or
     infinite entry, a probability or fraction outside [0, 1], a count below 1, or a shape that is not
     this model's tables on this system's devices (the model would return a NaN step or a shape error
-    from inside jax). Traced plans (under jit, vmap or grad) are not checked."""
+    from inside jax). Traced plans (under jit, vmap or grad) are not checked. A 2D plan's arrays are
+    one sharding group's (plans.group_problem)."""
+    system, model = group_problem(system, model, pa)
     T, D, H = model.tables.count, system.num_chips, system.num_domains
     last = {"shard_type": (T, 5), "placement": (T, D), "domain_placement": (T, H), "cw_shards": (T,),
             "cache_ratio": (T,)}
@@ -181,7 +195,12 @@ def check_arrays(pa: PlanArrays, system: System, model: RankingModel) -> None:
 
 def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
     """The discrete Plan of one-hot PlanArrays (the inverse of to_arrays); relaxed arrays are
-    rounded to their largest entries."""
+    rounded to their largest entries. A 2D plan's arrays are one group's: on the whole system, or on
+    its sharding group (whose replication then says the group's layout)."""
+    rep = system.replication
+    group = group_of(pa) if rep is None else dict(replicas=rep.replicas, group_layout=rep.layout,
+                                                  sync_every=rep.sync_every)
+    system, model = group_problem(system, model, pa)
     D, L = system.num_chips, system.domain_size
     st = np.argmax(np.asarray(pa.shard_type), axis=1)
     place = np.asarray(pa.placement)
@@ -204,4 +223,4 @@ def from_arrays(pa: PlanArrays, system: System, model: RankingModel) -> Plan:
         a2a_precision=pick(pa.a2a_precision, PRECISIONS), grad_precision=pick(pa.grad_precision, PRECISIONS),
         offload=bool(float(pa.offload) > 0.5), pipeline=bool(float(pa.pipeline) > 0.5),
         grad_buckets=int(np.rint(float(pa.grad_buckets))), overlap_chunks=int(np.rint(float(pa.overlap_chunks))),
-    )
+        **group)

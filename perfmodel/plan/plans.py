@@ -6,6 +6,7 @@ space's rules.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,8 +15,8 @@ import numpy as np
 
 from ..config import ConfigError, read_file
 from ..files import write_new
-from ..hardware import System
-from ..schema import PLAN
+from ..hardware import System, replication_problem, sharding_group
+from ..schema import GROUP_LAYOUTS, MAX_SYNC_EVERY, PLAN
 from ..workload import RankingModel
 from .limits import check_plan
 from .space import (ALLOWED_ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, compute_kernel,
@@ -43,11 +44,19 @@ class Plan:
     pipeline: bool = True
     grad_buckets: int = 4
     overlap_chunks: int = 1
+    # 2D sparse parallelism (hardware.Replication): the chips are `replicas` sharding groups, each
+    # holding every table as `tables` says (ranks are a group's, 0..D / replicas - 1); 1: one group
+    replicas: int = 1
+    group_layout: str = "strided"
+    sync_every: int = 1
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
         d = asdict(self)
         d["tables"] = {k: asdict(v) for k, v in self.tables.items()}
+        if self.replicas == 1 and self.sync_every == 1 and self.group_layout == "strided":
+            for key in ("replicas", "group_layout", "sync_every"):     # a 1D plan's file, as before 2D plans
+                del d[key]
         return d
 
     def save(self, path: str | Path) -> None:
@@ -98,7 +107,18 @@ def plan_from_dict(data: dict, system: System, model: RankingModel, src: str = "
 
 def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "plan", constraints=None) -> None:
     """Raise ConfigError naming the field if the plan does not fit this system and model, or breaks
-    `constraints` (anything constraints.as_constraints takes; None: none)."""
+    `constraints` (anything constraints.as_constraints takes; None: none). A 2D plan's tables are
+    checked against one sharding group (plans.group_problem)."""
+    if system.replication is None:
+        why = replication_problem(system, plan.replicas, plan.group_layout)
+        if why is not None:
+            raise ConfigError(src, "group_layout" if plan.group_layout not in GROUP_LAYOUTS else "replicas", why)
+        k = plan.sync_every
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SYNC_EVERY:
+            raise ConfigError(src, "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,} (steps between the "
+                              f"replicas' synchronizations), got {k!r}")
+        if plan.replicas > 1:
+            system, model = group_problem(system, model, plan)
     names = model.tables.names
     D, L = system.num_chips, system.domain_size
     sizes = system.domain_sizes
@@ -166,6 +186,17 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
             raise ConfigError(src, key, f"must be an integer from 1 to 1024, got {v!r}")
     if constraints is not None:
         check_plan(plan, constraints, system, model, src)
+
+
+def group_problem(system: System, model: RankingModel, plan) -> tuple[System, RankingModel]:
+    """(system, model) of one sharding group of `plan` (a Plan, or PlanArrays: their replicas,
+    group_layout and sync_every): the group's System (hardware.sharding_group) and the model at the
+    group's share of the global batch. A 1D plan, or a system that already is a group: as given."""
+    R = plan.replicas
+    if R == 1 or system.replication is not None:
+        return system, model
+    group = sharding_group(system, R, plan.group_layout, plan.sync_every)
+    return group, dataclasses.replace(model, global_batch=model.global_batch / R)
 
 
 def _choice(src, key, value, allowed):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from ..hardware import System, _pytree
+from ..hardware import System, _pytree, whole_system
 from ..schema import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, DENSE_MODES, PRECISIONS,  # noqa: F401 (the plan layer names them)
                       SHARDING_TYPES)
 from ..workload import RankingModel
@@ -77,7 +77,9 @@ def row_partials(ranks: list[int], system: System) -> int:
 
 def has_hybrid(system: System) -> bool:
     """Hybrid dense parallelism shards the dense part inside each scale-up domain and replicates it
-    across them: it needs two or more equal domains (with one it is fully sharded)."""
+    across them: it needs two or more equal domains (with one it is fully sharded). A 2D plan's
+    dense part spans the whole system (hardware.whole_system), so its domains decide."""
+    system = whole_system(system)
     return len(system.levels) > 1 and not system.uneven_domains
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from ..config import ConfigError
 from ..constraints import as_constraints, model_constraints
 from ..evaluate import Breakdown, _loaded, evaluate, resolve
-from ..hardware import System
+from ..hardware import System, replication_problem, sharding_group
+from ..schema import GROUP_LAYOUTS, MAX_SYNC_EVERY
 from ..plan import (NEG, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, make_masks, plan_violations,
                     resolve as resolve_limits, validate_plan)
 from ..workload import RankingModel
@@ -117,7 +118,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
-           gradients: bool | str = True, constraints=None) -> SearchResult:
+           gradients: bool | str = True, constraints=None, replicas=1, group_layout: str = "strided",
+           sync_every: int = 1) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first (no wall-clock limit unless given: a plan is then a function
     of the problem, the seed and the iterations alone, on any machine and under any load).
@@ -148,6 +150,14 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks}}, Constraints, TorchRec
     ParameterConstraints objects, or a TOML/JSON path); every method's plan keeps them. A model given
     by name or path brings its file's [constraints.<table>] too (these replace them table by table).
+    replicas: 2D sparse parallelism (hardware.Replication): 1 (default) shards every table over
+    every chip; an integer R makes the chips R replicas of sharding groups of D / R chips; a list of
+    them, or "auto" (replica_options: every count the system's domains allow), searches each (a
+    screen of greedy plans first where there are more than two, then the search proper on R = 1 and
+    on the best other count) and keeps the fastest; r.notes["replicas"] lists each count's best step.
+    group_layout: "strided" (a shard's replicas on neighbouring ranks) or "contiguous".
+    sync_every: the most steps between the replicas' synchronizations the plan may take (1: every
+    step); the search prices both 1 and this.
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
@@ -172,11 +182,88 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     kw = dict(seed=seed, budget_s=budget_s, iterations=iterations, precisions=precisions,
               sharding_types=sharding_types, freeze_settings=freeze_settings, options=options,
               constraints=(given, limits))
+    counts = replica_counts(system, replicas, group_layout, sync_every, start)
+    if counts != [1]:
+        if co_design is not None or guard is not None:
+            raise ConfigError("", "replicas", f"is {replicas!r}: 2D plans are searched without "
+                              f"{'co_design' if co_design is not None else 'a guard'} (give replicas=1)")
+        return _replicated(system, model, method, counts, group_layout, sync_every, given, progress, kw)
     if co_design is not None:
         knob_spec(co_design, system)
         return _co_designed(system, model, method, co_design, start, progress, kw)
     with Progress(progress, budget_s, iterations, f"search {method}") as bar:
         return _search(system, model, method, guard=guard, on_round=bar.update, **kw)
+
+
+SCREEN_AT = 3          # more replica counts than this are screened by their greedy plans first
+
+
+def replica_options(system: System, layout: str = "strided") -> list[int]:
+    """Every replica count a 2D plan may take on `system` in `layout` (hardware.replication_problem),
+    1 included: the counts whose groups hold whole domains of every level."""
+    D = system.num_chips
+    return [r for r in range(1, D // 2 + 1) if D % r == 0 and replication_problem(system, r, layout) is None]
+
+
+def replica_counts(system: System, replicas, layout: str, sync_every, start) -> list[int]:
+    """The replica counts a search tries: `replicas` checked (an integer, a list of them or "auto"),
+    or the start plan's."""
+    if start is not None and start.replicas != 1:
+        return [start.replicas]
+    if replicas == "auto":
+        counts = replica_options(system, layout)
+    else:
+        counts = list(replicas) if isinstance(replicas, (list, tuple)) else [replicas]
+        if not counts:
+            raise ConfigError("", "replicas", "is an empty list; give 1, a count, a list of counts or 'auto'")
+    for r in counts:
+        why = replication_problem(system, r, layout)
+        if why is not None:
+            raise ConfigError("", "group_layout" if layout not in GROUP_LAYOUTS else "replicas", why)
+    if isinstance(sync_every, bool) or not isinstance(sync_every, (int, np.integer)) or not 1 <= sync_every <= MAX_SYNC_EVERY:
+        raise ConfigError("", "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,}, got {sync_every!r}")
+    return sorted(set(int(r) for r in counts))
+
+
+def _replicated(system, model, method, counts, layout, sync_every, given, progress, kw) -> SearchResult:
+    """The fastest plan over replica counts `counts` (search's replicas): each count's group searched
+    as its own problem (hardware.sharding_group), the best kept; with more than SCREEN_AT counts, only
+    1 and the count whose greedy plan is fastest are searched in full."""
+    budget = Budget(seconds=kw["budget_s"])
+
+    def one(R, how, bar):
+        group = sharding_group(system, R, layout)
+        gmodel = dataclasses.replace(model, global_batch=model.global_batch / R)
+        limits = resolve_limits(given, group, gmodel)
+        left = None if kw["budget_s"] is None else max(kw["budget_s"] - budget.elapsed(), 1e-3)
+        on_round = lambda phase, b: bar.update(f"{R} replicas, {how}: {phase}", b)
+        r = _search(group, gmodel, how, on_round=on_round, **dict(kw, budget_s=left, constraints=(given, limits)))
+        return dataclasses.replace(r, plan=dataclasses.replace(r.plan, replicas=R, group_layout=layout))
+
+    screened = {}
+    full = counts
+    with Progress(progress, kw["budget_s"], None, f"search {method} over {len(counts)} replica counts") as bar:
+        if len(counts) > SCREEN_AT and method != "greedy":
+            for R in counts:
+                screened[R] = one(R, "greedy", bar)
+            ranked = sorted((R for R in counts if R != 1), key=lambda R: (not screened[R].feasible, screened[R].step_s))
+            full = sorted({1, ranked[0]} & set(counts)) if ranked else [1]
+        results = {}
+        for R in full:
+            results[R] = one(R, method, bar)
+            if sync_every > 1 and R > 1:          # the weights every k steps, against the touched rows' gradients every step
+                plan_k = dataclasses.replace(results[R].plan, sync_every=sync_every)
+                bd_k = evaluate(system, model, plan_k)
+                if bool(bd_k.feasible) and float(bd_k.step_s) < results[R].step_s:
+                    results[R] = dataclasses.replace(results[R], plan=plan_k, breakdown=bd_k, step_s=float(bd_k.step_s),
+                                                     samples_per_s=float(bd_k.samples_per_s))
+    best = min(results.values(), key=lambda r: (not r.feasible, r.step_s))
+    table = [{"replicas": R, "step_s": r.step_s, "feasible": r.feasible, "sync_every": r.plan.sync_every,
+              "searched": R in results, "method": r.method}
+             for R, r in sorted({**screened, **results}.items())]
+    notes = dict(best.notes, replicas=table)
+    return dataclasses.replace(best, notes=notes, system=system, wall_s=budget.elapsed(),
+                               iterations=sum(r.iterations for r in results.values()))
 
 
 def _checked_guard(guard, method, co_design, system, model) -> ShardCosts:

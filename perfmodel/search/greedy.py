@@ -29,7 +29,7 @@ from ..config import ConfigError, fmt_bytes
 from ..cost.arrays import as_numpy, xp_of
 from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, dense_state_bytes
-from ..hardware import System, capacity_bytes, link_bandwidths
+from ..hardware import System, capacity_bytes, link_bandwidths, whole_system
 from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
                     cw_options, domain_ranks, plan_arrays)
 from ..workload import RankingModel
@@ -48,10 +48,12 @@ def _inputs_of(system: System, model: RankingModel, shards):
     f, b = table_seconds(system.chip, model, tb.dim / shards, np.ones(tb.count, np.float32))
     up, out = link_bandwidths(system)
     D, L = system.num_chips, system.domain_size
+    dw = whole_system(system)        # a 2D plan's dense state is sharded over every group's chips
     pooled = xp.sum(tb.output_per_sample() * tb.dim)
     return dict(f=f, b=b, up=up, out=out, cap=capacity_bytes(system), out_rows=tb.output_per_sample(),
                 row_bytes=tb.bytes_per_row(), act=activation_bytes(model, model.global_batch / D, pooled),
-                dense=xp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(L), float(D))]))
+                dense=xp.stack([dense_state_bytes(model, shard) for shard in (1.0, float(dw.domain_size),
+                                                                              float(dw.num_chips))]))
 
 
 # one compiled program where greedy's inputs are not computed in numpy (score.eager): called op by
