@@ -84,6 +84,11 @@ def format_breakdown(bd: Breakdown, title: str = "") -> str:
         f"   {'fits' if s['feasible'] else 'DOES NOT FIT'}",
         f"cost                 {s['usd_per_million_samples']:8.4f} $ per million samples (placeholder prices)",
         f"energy               {s['joules_per_sample'] * 1e3:8.3f} mJ per sample",
+    ]
+    if bd.replicas > 1:
+        lines.append(f"2D plan              {bd.replicas} replicas of sharding groups of {bd.num_chips} chips: the per-device "
+                     "figures are one group's (every group does the same)")
+    lines += [
         "",
         f"{'phase':<12} {'stream':<8} {'busy (max)':>12} {'start':>12} {'end':>12}",
     ]

@@ -17,7 +17,7 @@ from perfmodel.config import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MTIA = str(DATA / "systems" / "mtia300.toml")     # sizes = [16, ...]: a TOML path loads 16 chips unless --chips
-H100 = str(DATA / "systems" / "h100.toml")
+A100 = str(DATA / "systems" / "a100.toml")     # its outermost level holds 2,048 chips
 
 # each command that takes --system, as far as its own arguments go ({out}: a folder for its output)
 COMMANDS = {
@@ -60,7 +60,7 @@ def test_every_command_loads_a_toml_at_the_chips_given(command):
     ("1.5", ["one whole number of chips", "got '1.5'"]),
     ("16,32", ["one whole number of chips", "got '16,32'"]),
     ("65537", ["from 1 to 65,536"]),
-    ("8192", ["outermost level ('cluster' in", "holds 4,096 chips", "use at most 4,096"]),
+    ("b300-8:8192", ["outermost level ('cluster' in", "holds 4,096 chips", "use at most 4,096"]),
     ("gb200nvl72-72:74", ["74 chips do not fill whole hosts of 4", "'chips_per_host' in", "gb200nvl72.toml",
                           "e.g. 72 or 76"]),
 ], ids=["zero", "negative", "text", "fraction", "list", "beyond-the-most", "beyond-the-outer-level", "partial-host"])
@@ -76,7 +76,7 @@ def test_bad_chips_is_one_error_naming_the_flag(chips, pieces):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_refuses_a_bad_chips_before_any_work(command, tmp_path):
-    code, _, err = run(argv(command, tmp_path) + ["--system", H100, "--chips", "4096"])
+    code, _, err = run(argv(command, tmp_path) + ["--system", A100, "--chips", "4096"])
     assert code == 2 and len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
     assert "field '--chips': the outermost level ('cluster' in" in err and "use at most 2,048" in err
 

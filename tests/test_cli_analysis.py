@@ -140,7 +140,8 @@ def test_scaling_cli(tmp_path):
     assert code == 0, err
     head, cols, *rows = stdout.splitlines()[:4]
     assert "plan: greedy per size" in head
-    assert cols.split() == ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "plan"]
+    assert cols.split() == ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "replicas",
+                            "plan"]
     saved = list(csv.DictReader(out.open()))
     assert [int(r["chips"]) for r in saved] == [8, 16] and [float(r["global_batch"]) for r in saved] == [4096, 8192]
     assert float(saved[0]["efficiency"]) == 1.0 and {r["plan"] for r in saved} == {"greedy"}

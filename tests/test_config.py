@@ -162,7 +162,7 @@ def test_bad_system_file(tmp_path, preset, key, new, field, pieces):
 
 
 def _outer_level_link_usb(tmp_path) -> Path:
-    text = (DATA / "systems" / "h100.toml").read_text()
+    text = (DATA / "systems" / "a100.toml").read_text()
     assert text.count('link = "scale_out"') == 1
     path = tmp_path / "usb.toml"
     path.write_text(text.replace('link = "scale_out"', 'link = "usb"'))

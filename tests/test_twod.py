@@ -3,6 +3,7 @@ sync, memory, the dense sync over every chip, plans and searches, against hand c
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -148,3 +149,24 @@ def test_search_over_replica_counts(small, mtia64):
     assert four.step_s == pytest.approx(rows[4]["step_s"], rel=1e-6)
     with pytest.raises(ConfigError, match="replicas"):
         pm.search(mtia64, small, "greedy", replicas=[1, 5])
+
+
+def test_search_cli_prints_each_replica_count_and_writes_a_2d_plan(tmp_path):
+    from test_cli_analysis import one_error_line, run
+    out_file = tmp_path / "p.json"
+    code, out, err = run(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--method", "greedy",
+                          "--replicas", "1,4", "--sync-every", "50", "--no-progress", "--out", str(out_file)])
+    assert code == 0, err
+    rows = {int(l.split()[0]): l.split() for l in out.splitlines() if re.match(r"\s+[14]\s+(64|16)\s", l)}
+    assert set(rows) == {1, 4} and rows[4][1] == "16"
+    plan = json.loads(out_file.read_text())
+    chosen = [r for r, cells in rows.items() if cells[-1] == "chosen"]
+    assert chosen == [plan.get("replicas", 1)]
+    code, out, err = run(["evaluate", "--system", "mtia300-64", "--model", "dlrm-small", "--plan", str(out_file)])
+    assert code == 0, err
+    step = float(pm.evaluate(pm.load_system("mtia300-64"), pm.load_model("dlrm-small"),
+                             pm.load_plan(out_file, pm.load_system("mtia300-64"), pm.load_model("dlrm-small"))).step_s)
+    assert f"{step * 1e3:.3f}" == rows[chosen[0]][2]
+    assert ("2D plan              4 replicas of sharding groups of 16 chips" in out) == (chosen == [4])
+    code, out, err = run(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--replicas", "3"])
+    assert "replicas" in one_error_line(code, err) and "divide the 64 chips" in err

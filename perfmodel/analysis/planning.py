@@ -64,14 +64,16 @@ class Planner:
 
 @dataclass(frozen=True)
 class _Search:
-    """pm.search's gradient method for a fixed number of rounds, no wall-clock limit."""
+    """pm.search's gradient method for a fixed number of rounds, no wall-clock limit; replicas: its
+    replica counts (1: 1D plans; "auto": 2D plans searched too)."""
     iterations: int
     seed: int
+    replicas: object = 1
 
     def __call__(self, system, model, start=None, progress: bool = False):
         from ..search.api import search
         return search(system, model, seed=self.seed, iterations=self.iterations, budget_s=None, start=start,
-                      progress=progress)
+                      progress=progress, replicas=self.replicas)
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ class _File:
             raise ConfigError(err.source, err.field, f"does not fit {system.name}: {err.message}") from None
 
 
-def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> Planner:
-    """The Planner for `plan` (see the module doc); iterations and seed apply to "search"."""
+def planner(plan="search", *, iterations: int | None = None, seed: int = 0, replicas=1) -> Planner:
+    """The Planner for `plan` (see the module doc); iterations, seed and replicas (pm.search's: 1,
+    a count, a list or "auto") apply to "search"."""
     if isinstance(plan, Planner):
         return plan
     count = lambda x: isinstance(x, int) and not isinstance(x, bool)
@@ -118,7 +121,8 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0) -> P
         raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
     if plan is None or plan == "search":
         n = iterations or STUDY_ITERATIONS
-        return Planner(_Search(n, seed), f"search ({n} rounds, seed {seed})", "search", n, seed)
+        two_d = "" if replicas == 1 else f", replicas {replicas if isinstance(replicas, (int, str)) else list(replicas)}"
+        return Planner(_Search(n, seed, replicas), f"search ({n} rounds, seed {seed}{two_d})", "search", n, seed)
     if plan == "greedy":
         return Planner(_Greedy(), "greedy", "greedy")
     fixed = getattr(plan, "plan", plan)
@@ -218,7 +222,7 @@ def _plan_file(system: System, model: RankingModel, iterations: int, seed: int) 
     folder = cache_folder()
     if not folder or not Path(folder).is_dir():
         return None
-    h = hashlib.sha256(f"{iterations}|{seed}".encode())
+    h = hashlib.sha256(f"{iterations}|{seed}".encode())     # (evaluate's default plan: 1D, replicas 1)
     for tree in (system, model):
         leaves, treedef = jax.tree_util.tree_flatten(tree)
         h.update(str(treedef).encode())

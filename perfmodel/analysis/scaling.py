@@ -26,18 +26,19 @@ from .table import make_table
 MODES = ("strong", "weak")
 
 
-def _make(plan, iterations, seed):
-    return planner(plan, iterations=iterations, seed=seed)
+def _make(plan, iterations, seed, replicas=1):
+    return planner(plan, iterations=iterations, seed=seed, replicas=replicas)
 
 
 def evaluate_systems(systems: Sequence, model: RankingModel, plan="search", *, iterations: int | None = None,
                      seed: int = 0, executor=None, workers: int | None = None,
-                     ray_address: str | None = None) -> dict[str, Breakdown]:
+                     ray_address: str | None = None, replicas=1) -> dict[str, Breakdown]:
     """{system name: Breakdown} of `model` on each system (names or Systems), each with the plan
     `plan` makes for it (planning.planner: a search per system by default), the plans made on
     `executor` (planning.plans: a local process pool by default). A fixed plan that does not fit a
-    system is a ConfigError naming the system."""
-    make = _make(plan, iterations, seed)
+    system is a ConfigError naming the system. replicas: the searches' replica counts (pm.search;
+    "auto": 2D plans too)."""
+    make = _make(plan, iterations, seed, replicas)
     model = as_model(model)
     if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
         raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
@@ -59,27 +60,33 @@ def distinct(systems: list[System], field: str = "systems") -> list[System]:
 
 def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: dict[str, Breakdown] | None = None,
             *, iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
-            ray_address: str | None = None):
+            ray_address: str | None = None, replicas=1):
     """One row per system (or per entry of `breakdowns`, if given; `plan` then names how they were
     planned): chips, step_ms, samples_per_s, exposed_comm_ms, mfu, feasible, usd_per_million_samples,
     joules_per_sample, power_W (all hosts, = joules/sample x samples/s) and plan (its label);
-    executor, workers, ray_address: as evaluate_systems."""
-    label = _make(plan, iterations, seed).label
+    executor, workers, ray_address, replicas: as evaluate_systems."""
+    label = _make(plan, iterations, seed, replicas).label
     bds = breakdowns if breakdowns is not None else evaluate_systems(
         systems, model, plan, iterations=iterations, seed=seed, executor=executor, workers=workers,
-        ray_address=ray_address)
+        ray_address=ray_address, replicas=replicas)
     if not bds:
         raise ConfigError("", "breakdowns", "is empty: give at least one system's Breakdown")
     rows = []
     for name, bd in bds.items():
         thr = float(bd.samples_per_s)
-        rows.append(dict(system=name, chips=int(bd.num_chips), step_ms=float(bd.step_s) * 1e3, samples_per_s=thr,
+        rows.append(dict(system=name, chips=chips_of(bd), step_ms=float(bd.step_s) * 1e3, samples_per_s=thr,
                          exposed_comm_ms=float(bd.exposed_comm_s) * 1e3, mfu=float(bd.mfu), feasible=bool(bd.feasible),
                          usd_per_million_samples=float(bd.usd_per_million_samples),
                          joules_per_sample=float(bd.joules_per_sample),
-                         power_W=float(bd.joules_per_sample) * thr, plan=label))
+                         power_W=float(bd.joules_per_sample) * thr, replicas=int(bd.replicas), plan=label))
     cols = {k: np.asarray([r[k] for r in rows], dtype=object if k in ("system", "plan") else None) for k in rows[0]}
     return make_table(cols)
+
+
+def chips_of(bd: Breakdown) -> int:
+    """The chips a Breakdown's figures are for: the whole system's (a 2D plan's per-device arrays are
+    one sharding group's)."""
+    return int(bd.num_chips) * bd.replicas
 
 
 def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float | int:
@@ -91,15 +98,16 @@ def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float | int
 
 def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong", plan="search", *,
             iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
-            ray_address: str | None = None):
+            ray_address: str | None = None, replicas=1):
     """Throughput and scaling efficiency of `model` on `system`'s family at each chip count: one row
     per size with chips, mode, global_batch, step_ms, samples_per_s, exposed_comm_ms, feasible,
+    replicas (the plan's sharding groups: 1 unless replicas= lets the search make 2D plans),
     speedup, efficiency and plan.
 
     system: a preset name (`mtia300-64`) or a System loaded from one; each size loads the family at
     that size. mode: strong (fixed global batch) or weak (global batch x N / N0). plan, iterations,
-    seed: as planning.planner (a search per size by default: each size gets the plan it wants);
-    executor, workers, ray_address: where the sizes are planned (planning.plans).
+    seed, replicas: as planning.planner (a search per size by default: each size gets the plan it
+    wants); executor, workers, ray_address: where the sizes are planned (planning.plans).
     """
     if mode not in MODES:
         raise ConfigError("", "mode", f"is {mode!r}; allowed: {', '.join(MODES)}")
@@ -110,7 +118,7 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     chips = sorted({int(c) for c in chips})
     name = system.name if isinstance(system, System) else str(system)
     model = as_model(model)
-    make = _make(plan, iterations, seed)
+    make = _make(plan, iterations, seed, replicas)
     n0 = chips[0]
     points = [(load_system(name, chips=n), model if mode == "strong" else dataclasses.replace(
         model, global_batch=jnp.asarray(global_batch(model, mode, n, n0), jnp.float32))) for n in chips]
@@ -119,7 +127,7 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
         bd = evaluate(s, m, p)
         rows.append(dict(chips=n, mode=mode, global_batch=float(m.global_batch), step_ms=float(bd.step_s) * 1e3,
                          samples_per_s=float(bd.samples_per_s), exposed_comm_ms=float(bd.exposed_comm_s) * 1e3,
-                         feasible=bool(bd.feasible)))
+                         feasible=bool(bd.feasible), replicas=int(p.replicas)))
     thr0 = rows[0]["samples_per_s"]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / thr0

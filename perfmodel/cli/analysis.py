@@ -128,7 +128,8 @@ def _cmd_sweep(args) -> int:
 
 # ------------------------------------------------------------------------------------------ scaling
 
-SCALING_COLUMNS = ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "plan"]
+SCALING_COLUMNS = ["chips", "mode", "global_batch", "step_ms", "samples_per_s", "speedup", "efficiency", "replicas",
+                   "plan"]
 
 
 def _scaling_table(args, model, make, where: dict):

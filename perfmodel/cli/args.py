@@ -100,6 +100,8 @@ def add_planning(p, executors: bool = False) -> None:
     p.add_argument("--iterations", type=int, help="search rounds per system or point (default "
                                                   "perfmodel.analysis.STUDY_ITERATIONS, 300)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--replicas", default="1", help="2D sparse parallelism in the searches: 1 (default, every table "
+                   "over every chip), a count, a comma-separated list, or auto (every count the system allows)")
     if executors:
         p.add_argument("--workers", type=int,
                        help="processes searching points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
@@ -119,9 +121,23 @@ def add_problem(p, executors: bool = False) -> None:
 
 
 def planner_of(args):
-    """The Planner of --plan, --iterations and --seed."""
+    """The Planner of --plan, --iterations, --seed and --replicas."""
     from ..analysis.planning import planner
-    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed)
+    return planner(args.plan or "search", iterations=args.iterations, seed=args.seed,
+                   replicas=replica_arg(getattr(args, "replicas", "1")))
+
+
+def replica_arg(text: str, flag: str = "--replicas"):
+    """--replicas as pm.search's replicas: 'auto', a count, or a list of counts."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ConfigError("", flag, f"is {text!r}; give 1, a count (e.g. 4), a list (e.g. 1,2,4) or auto")
+    return counts[0] if len(counts) == 1 else counts
 
 
 def executors_of(args) -> dict:

@@ -8,11 +8,12 @@ from collections import Counter
 import numpy as np
 
 from ..config import ConfigError
+from ..schema import GROUP_LAYOUTS
 from ..constraints import for_command
 from ..search.api import ITERATIONS, ROUND_WORK, default_iterations
 from ..search.guard import guard_line
 from . import io
-from .args import add_chips, load_system_arg, maybe_empty, system_flags
+from .args import add_chips, load_system_arg, maybe_empty, replica_arg, system_flags
 
 
 def register(sub) -> None:
@@ -53,6 +54,16 @@ def register(sub) -> None:
     p.add_argument("--constraints", metavar="FILE", help="per-table constraints (TOML/JSON of [<table>] sections: "
                    "sharding_types, compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks); they "
                    "replace the model file's own [constraints.<table>] table by table")
+    p.add_argument("--replicas", default="1", help="2D sparse parallelism: the chips as R replicas of sharding "
+                   "groups of chips / R (tables sharded in a group, replicated across groups, the replicas "
+                   "synchronized): 1 (default: every table over every chip), a count, a comma-separated list, or "
+                   "auto (every count the system's domains allow; the best of each is printed)")
+    p.add_argument("--group-layout", default="strided", choices=GROUP_LAYOUTS, help="strided (default, TorchRec's: "
+                   "a shard's replicas on neighbouring ranks, synchronized on the innermost links) or contiguous "
+                   "(a group on consecutive ranks, its all-to-alls on the innermost links)")
+    p.add_argument("--sync-every", type=int, default=1, help="the most steps between the replicas' synchronizations "
+                   "(default 1: the touched rows' gradients every step; k > 1 also prices the weights and optimizer "
+                   "state every k steps and keeps the faster)")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     io.add_output(p, "--out", io.PLAN, help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
@@ -90,6 +101,7 @@ def _cmd_search(args) -> int:
     iterations = None if args.until_converged else args.iterations if args.iterations is not None else \
         default_iterations(system, model)
     precisions = tuple(p for p in args.precisions.split(",") if p)
+    replicas = replica_arg(args.replicas)
     guard = None
     if args.guard:
         from ..search.guard import load_shard_costs
@@ -107,7 +119,8 @@ def _cmd_search(args) -> int:
                               precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
                               guard=guard if m == args.method else None, constraints=constraints,
-                              progress=not args.no_progress and not args.json))
+                              progress=not args.no_progress and not args.json, replicas=replicas,
+                              group_layout=args.group_layout, sync_every=args.sync_every))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
     if args.out is not None and args.format == "torchrec":
@@ -145,6 +158,8 @@ def _cmd_search(args) -> int:
               f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
     if chosen.method == "gradient" and "phases" in chosen.notes:
         print(search_status(chosen))
+    if "replicas" in chosen.notes:
+        print(replicas_table(chosen.notes["replicas"], system.num_chips))
     if "guard" in chosen.notes:
         g = chosen.notes["guard"]
         print(guard_line(g["name"], args.guard, g["value_s"], g["cap_s"], g["met"])
@@ -172,6 +187,19 @@ def _cmd_search(args) -> int:
     elif args.out is not None:
         print(f"\nplan written to {args.out} (perfmodel evaluate {system_flags(args)} --model {args.model} --plan {args.out})")
     return 0
+
+
+def replicas_table(rows: list[dict], chips: int) -> str:
+    """The best step of each replica count a search tried (2D plans), the chosen one marked."""
+    best = min((r for r in rows if r["feasible"]), key=lambda r: r["step_s"], default=None)
+    lines = ["replica counts (2D sparse parallelism; screened counts priced at their greedy plan):",
+             f"  {'replicas':>8} {'group':>7} {'step ms':>10} {'sync every':>11}  how"]
+    for r in rows:
+        mark = "  <- chosen" if r is best else ""
+        how = f"{r['method']} search" if r["searched"] else "greedy screen"
+        lines.append(f"  {r['replicas']:>8} {chips // r['replicas']:>7} {r['step_s'] * 1e3:>10.3f} "
+                     f"{r['sync_every']:>11}  {how}{'' if r['feasible'] else ', INFEASIBLE'}{mark}")
+    return "\n".join(lines)
 
 
 def search_status(r) -> str:
@@ -215,4 +243,9 @@ def describe_plan(plan, model, max_rows: int = 12) -> str:
                  f"collectives on {'offload engines' if plan.offload else 'compute cores'}")
     lines.append(f"  overlap: sparse-dist pipeline {'on' if plan.pipeline else 'off'}, {plan.grad_buckets} gradient "
                  f"buckets, {plan.overlap_chunks} chunk(s)")
+    if plan.replicas > 1:
+        sync = "the touched rows' gradients every step" if plan.sync_every == 1 else \
+            f"weights and optimizer state every {plan.sync_every} steps"
+        lines.append(f"  2D: {plan.replicas} replicas of {plan.group_layout} sharding groups (the ranks above are a "
+                     f"group's); replicas sync {sync}")
     return "\n".join(lines)

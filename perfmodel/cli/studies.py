@@ -81,13 +81,13 @@ def _cmd_compare(args) -> int:
     title = f"{model.name}, each system with its own plan: {make.label}"
     lines = [title, "=" * len(title)]
     width = max(len("system"), *(len(n) for n in c["system"]))
-    lines.append(f"{'system':<{width}} {'chips':>5}  " + "  ".join(f"{h:>{max(len(h), 8)}}" for h, *_ in COMPARE_COLUMNS)
-                 + "  fits")
+    lines.append(f"{'system':<{width}} {'chips':>5} {'replicas':>8}  "
+                 + "  ".join(f"{h:>{max(len(h), 8)}}" for h, *_ in COMPARE_COLUMNS) + "  fits")
     for i in range(len(c["system"])):
         cells = []
         for h, col, scale, fmt in COMPARE_COLUMNS:
             cells.append(f"{fmt.format(float(si_column(table, col)[i]) * scale):>{max(len(h), 8)}}")
-        lines.append(f"{c['system'][i]:<{width}} {int(c['chips'][i]):>5}  " + "  ".join(cells)
+        lines.append(f"{c['system'][i]:<{width}} {int(c['chips'][i]):>5} {int(c['replicas'][i]):>8}  " + "  ".join(cells)
                      + f"  {'yes' if c['feasible'][i] else 'NO'}")
     print("\n".join(lines))
     if att is not None:
