@@ -14,7 +14,7 @@ from .cache import enable_compile_cache  # noqa: E402
 from .config import ConfigError
 from .constraints import Constraints, TableConstraint, load_constraints
 from .evaluate import PHASES, Breakdown, evaluate
-from .hardware import Chip, Level, Nic, Offload, System, link_bandwidths, load_chip, load_system
+from .hardware import Chip, Level, Nic, Offload, System, link_bandwidths, load_chip, load_system, sharding_group
 from .plan import (ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays,
                    TablePlan, load_plan, plan_from_dict, random_plans, stack, to_arrays, validate_plan)
 from .search.greedy import default_plan, greedy_plan
@@ -28,7 +28,7 @@ from .analysis.attribution import attribute
 from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
 from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
-from .interop import load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
+from .interop import dmp_collection_args, load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
 from .interop.hugectr import hugectr_plan
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "reference_spec", "reference_step", "sharded_reference_step", "calibrate_chip",
     "load_datasets", "validate_published",
     "model_from_tables", "torchrec_plan", "to_torchrec_plan", "load_torchrec_plan", "hugectr_plan",
+    "dmp_collection_args", "sharding_group",
 ]

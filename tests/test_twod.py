@@ -170,3 +170,25 @@ def test_search_cli_prints_each_replica_count_and_writes_a_2d_plan(tmp_path):
     assert ("2D plan              4 replicas of sharding groups of 16 chips" in out) == (chosen == [4])
     code, out, err = run(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--replicas", "3"])
     assert "replicas" in one_error_line(code, err) and "divide the 64 chips" in err
+
+
+def test_torchrec_export_is_what_dmp_collection_takes(small, mtia64, tmp_path):
+    from perfmodel.interop.torchrec_plan import _check_dict
+    plan = _plan(small, [("table_wise", [i % 16]) for i in range(6)] + [("row_wise", list(range(16)))]
+                 + [("table_row_wise", [4, 5, 6, 7])], replicas=4, sync_every=10)
+    data = pm.torchrec_plan(plan, mtia64, small)
+    _check_dict(data, "x")
+    # one group's plan: 16 ranks in groups' racks of 4; DMPCollection's world, group size and layout beside it
+    assert (data["world_size"], data["sharding_group_size"], data["local_size"]) == (64, 16, 4)
+    assert data["use_inter_host_allreduce"] is False and data["sync_every"] == 10
+    tables = data["plan"]["sparse_arch.embedding_bag_collection"]
+    assert tables["c6"]["ranks"] == list(range(16))                         # row-wise over the group
+    assert [s["placement"] for s in tables["c7"]["shards"]] == [f"rank:{r}/cuda:{r % 4}" for r in (4, 5, 6, 7)]
+    assert tables["c0"]["shards"][0]["shard_sizes"] == [1000, 64]            # a whole table on group rank 0
+    # and back: the plan file reads as the 2D plan it was
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    back = pm.load_plan(tmp_path / "t.json", mtia64, small)
+    assert back == plan
+    tw = _plan(small, [("table_wise", [i]) for i in range(8)], replicas=4, group_layout="contiguous")
+    contiguous = pm.torchrec_plan(tw, mtia64, small)      # a group is one whole rack of 16
+    assert contiguous["use_inter_host_allreduce"] is True and contiguous["local_size"] == 16

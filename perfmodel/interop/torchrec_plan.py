@@ -30,6 +30,12 @@ The dict form is TorchRec's own serialization (`ShardingPlan._serialize()`: {"pl
 with each cached table's cache_params added, and world_size, local_size and device_type beside it,
 and perfmodel's whole plan as `perfmodel_plan` (what TorchRec's plan has no place for: the dense
 mode, the collective algorithms and precisions, buckets and chunks), which `load_plan` reads back.
+
+A 2D plan (Plan.replicas > 1) is what TorchRec's DMPCollection takes: the plan of one sharding group
+(its ranks 0..G-1, planned as for Topology(world_size=G), local_size the group's scale-up domain),
+with world_size the whole system's chips, sharding_group_size G and use_inter_host_allreduce for
+contiguous groups (DMPCollection's layouts: strided groups, a shard's replicas on neighbouring
+ranks, by default); dmp_collection_args gives them as DMPCollection's arguments.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, read_file
-from ..plan import Plan, PlanArrays, compute_kernel, from_arrays, validate_plan
+from ..plan import Plan, PlanArrays, compute_kernel, from_arrays, group_problem, validate_plan
 
 DEFAULT_MODULE = "sparse_arch.embedding_bag_collection"      # TorchRec's DLRM: model.sparse_arch.embedding_bag_collection
 DEVICE_TYPES = ("cuda", "mtia", "cpu")
@@ -89,6 +95,8 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
     if device_type not in DEVICE_TYPES:
         raise ConfigError("", "device_type", f"is {device_type!r}; allowed: {', '.join(DEVICE_TYPES)}")
     plan, system, model = _as_plan(plan, system, model)
+    whole = system
+    system, model = group_problem(system, model, plan)      # a 2D plan: one sharding group's shards
     D, L = system.num_chips, system.domain_size
     twrw = [n for n, t in plan.tables.items() if t.sharding_type == "table_row_wise"]
     if system.uneven_domains and twrw:
@@ -132,10 +140,30 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
     # mode, collective algorithms, precisions, buckets, chunks) ride along, so `evaluate --plan` reads
     # the file back as the plan it was
     out = {"plan": {module_path: tables}, "world_size": D, "local_size": L, "device_type": device_type,
-           "source": f"perfmodel: model {model.name}, system {system.name}", "perfmodel_plan": plan.to_dict()}
+           "source": f"perfmodel: model {model.name}, system {whole.name}", "perfmodel_plan": plan.to_dict()}
+    if plan.replicas > 1:         # what DMPCollection takes beside the group's plan
+        out.update(world_size=whole.num_chips, sharding_group_size=D,
+                   use_inter_host_allreduce=plan.group_layout == "contiguous", sync_every=plan.sync_every)
     if system.uneven_domains:
         out["local_sizes"] = list(system.domain_sizes)
     return out
+
+
+def dmp_collection_args(data: dict | str | Path, src: str = "plan") -> dict:
+    """The arguments TorchRec's DMPCollection takes for a 2D plan's dict form (torchrec_plan's, or its
+    JSON read back), beside the module and device: world_size, sharding_group_size,
+    use_inter_host_allreduce and the group's ShardingPlan (`plan`); sync_every says how often to
+    call its sync(). A 1D plan's dict is one sharding group of every rank. `data` may be the JSON's path."""
+    if isinstance(data, (str, Path)):
+        data, src = read_file(data), str(data)
+    _check_dict(data, src)
+    world = data.get("world_size")
+    group = data.get("sharding_group_size", world)
+    if not (isinstance(world, int) and isinstance(group, int) and group >= 1 and world % group == 0):
+        raise ConfigError(src, "sharding_group_size", f"must divide world_size ({world!r}); got {group!r}")
+    return {"world_size": world, "sharding_group_size": group,
+            "use_inter_host_allreduce": bool(data.get("use_inter_host_allreduce", False)),
+            "sync_every": int(data.get("sync_every", 1)), "plan": sharding_plan(data, src)}
 
 
 def _torchrec_types():
