@@ -21,11 +21,12 @@ import numpy as np
 
 from ..config import ConfigError
 from ..constraints import as_constraints, model_constraints
-from ..evaluate import Breakdown, _loaded, evaluate, resolve
+from ..cost.arrays import as_numpy
+from ..evaluate import Breakdown, _loaded, evaluate, resolve, step_model
 from ..hardware import System, replication_problem, sharding_group
 from ..schema import GROUP_LAYOUTS, MAX_SYNC_EVERY
-from ..plan import (NEG, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, make_masks, plan_violations,
-                    resolve as resolve_limits, validate_plan)
+from ..plan import (NEG, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, make_masks, plan_arrays,
+                    plan_violations, resolve as resolve_limits, stack, validate_plan)
 from ..workload import RankingModel
 from .codesign import co_design as run_co_design, knob_spec
 from .driver import Budget, run
@@ -198,6 +199,28 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
 SCREEN_AT = 3          # more replica counts than this are screened by their greedy plans first
 
 
+def _screen(system, model, R: int, layout: str, sync_every: int, given) -> dict:
+    """A quick price of replica count R: greedy's placement of one group (no settings search) priced
+    in numpy (nothing compiles), with the touched rows' gradients synchronized every step and, where
+    sync_every allows more, the weights every sync_every steps: {"step_s", "feasible", "sync_every"}."""
+    group = sharding_group(system, R, layout)
+    gmodel = dataclasses.replace(model, global_batch=model.global_batch / R)
+    limits = resolve_limits(given, group, gmodel)
+    masks = make_masks(group, gmodel, limits=limits) if limits is not None else None
+    try:
+        plan = greedy_plan(group, gmodel, masks, settings=False)
+    except ConfigError:                  # the tables fit no group of this size
+        return {"step_s": float("inf"), "feasible": False, "sync_every": 1}
+    best = None
+    for k in sorted({1, sync_every}):
+        g = sharding_group(system, R, layout, k)
+        bd = step_model(as_numpy(g), as_numpy(gmodel), stack([plan_arrays(plan, g, gmodel)]), 0.0)[0]
+        row = {"step_s": float(bd.step_s[0]), "feasible": bool(bd.feasible[0]), "sync_every": k}
+        if best is None or (not row["feasible"], row["step_s"]) < (not best["feasible"], best["step_s"]):
+            best = row
+    return best
+
+
 def replica_options(system: System, layout: str = "strided") -> list[int]:
     """Every replica count a 2D plan may take on `system` in `layout` (hardware.replication_problem),
     1 included: the counts whose groups hold whole domains of every level."""
@@ -243,10 +266,12 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
     screened = {}
     full = counts
     with Progress(progress, kw["budget_s"], None, f"search {method} over {len(counts)} replica counts") as bar:
-        if len(counts) > SCREEN_AT and method != "greedy":
+        if len(counts) > SCREEN_AT:
             for R in counts:
-                screened[R] = one(R, "greedy", bar)
-            ranked = sorted((R for R in counts if R != 1), key=lambda R: (not screened[R].feasible, screened[R].step_s))
+                bar.update(f"screening {R} replicas", budget)
+                screened[R] = _screen(system, model, R, layout, sync_every, given)
+            ranked = sorted((R for R in counts if R != 1), key=lambda R: (not screened[R]["feasible"],
+                                                                          screened[R]["step_s"]))
             full = sorted({1, ranked[0]} & set(counts)) if ranked else [1]
         results = {}
         for R in full:
@@ -258,9 +283,11 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
                     results[R] = dataclasses.replace(results[R], plan=plan_k, breakdown=bd_k, step_s=float(bd_k.step_s),
                                                      samples_per_s=float(bd_k.samples_per_s))
     best = min(results.values(), key=lambda r: (not r.feasible, r.step_s))
-    table = [{"replicas": R, "step_s": r.step_s, "feasible": r.feasible, "sync_every": r.plan.sync_every,
-              "searched": R in results, "method": r.method}
-             for R, r in sorted({**screened, **results}.items())]
+    table = [dict(screened[R], replicas=R, searched=False, method="greedy placement") for R in screened
+             if R not in results]
+    table += [{"replicas": R, "step_s": r.step_s, "feasible": r.feasible, "sync_every": r.plan.sync_every,
+               "searched": True, "method": r.method} for R, r in results.items()]
+    table.sort(key=lambda row: row["replicas"])
     notes = dict(best.notes, replicas=table)
     return dataclasses.replace(best, notes=notes, system=system, wall_s=budget.elapsed(),
                                iterations=sum(r.iterations for r in results.values()))

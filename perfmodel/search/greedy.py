@@ -20,6 +20,7 @@ TorchRec's default: lower precision changes the numerics, which is the user's ca
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 
 import numpy as np
@@ -31,7 +32,7 @@ from ..cost.embedding import table_seconds
 from ..cost.memory import activation_bytes, dense_state_bytes
 from ..hardware import System, capacity_bytes, link_bandwidths, whole_system
 from ..plan import (ALLOWED_ALGORITHMS, DENSE_MODES, DP, MIN_CW_DIM, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan,
-                    cw_options, domain_ranks, plan_arrays)
+                    cw_options, domain_ranks, has_hybrid, plan_arrays)
 from ..workload import RankingModel
 from .pack import HEADROOM
 from .score import INFEASIBLE, eager, score_settings
@@ -61,12 +62,13 @@ def _inputs_of(system: System, model: RankingModel, shards):
 _inputs = jit(_inputs_of, export=True)
 
 
-def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
+def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool = True) -> Plan:
     """TorchRec-style greedy planning (module docstring). On a small instance (score.eager) its inputs
     and its settings are computed in numpy, with no program to compile. masks (relax.Masks): the
     choices a search allows (sharding types, column-wise shard counts, per-table constraints), which
-    the plan keeps; None: every choice the planner makes by itself."""
-    fast = eager(system, model)
+    the plan keeps; None: every choice the planner makes by itself. settings=False: the placement
+    alone, with the default settings and every input in numpy (a quick screen: nothing compiles)."""
+    fast = eager(system, model) or not settings
     tb = model.tables
     D, L = system.num_chips, system.domain_size
     T = tb.count
@@ -183,26 +185,44 @@ def greedy_plan(system: System, model: RankingModel, masks=None) -> Plan:
     shards.sort(key=lambda s: (-s[0], s[2]))
     placed: dict[int, list[int]] = {}
     cache: dict[int, float] = {}
+    # the devices by (work, index), least loaded first, as a heap: only the device a shard goes to
+    # changes its work, so a pop, the checks and a push back keep it exact, at log D a shard
+    heap = [(float(w), d) for d, w in enumerate(work)]
+    heapq.heapify(heap)
     for ld, nbytes, i, k in shards:
         taken = placed.setdefault(i, [])
-        order = [d for d in np.lexsort((np.arange(D), work)) if lim.devices[i, d] > 0 and d not in taken]
-        choice = next((d for d in order if used[d] + nbytes <= budget), None)
+        popped, choice, first = [], None, None
+        while heap:
+            w, d = heapq.heappop(heap)
+            popped.append((w, d))
+            if lim.devices[i, d] > 0 and d not in taken:
+                first = d if first is None else first
+                if used[d] + nbytes <= budget:
+                    choice = d
+                    break
         if choice is None:
-            choice = order[0]
+            choice = first
             room = budget - used[choice]
             if room <= 0.05 * nbytes:
                 raise _no_plan(system, model, f"table {names[i]} ({fmt_bytes(nbytes)} per shard) finds no device "
-                               "with room" + (" among the ranks its constraints allow" if len(order) < D else ""))
+                               "with room" + (" among the ranks its constraints allow"
+                                              if (lim.devices[i] > 0).sum() < D else ""))
             cache[i] = min(cache.get(i, 1.0), room / nbytes)
+        for item in popped:            # all but the chosen one, whose work changes below
+            if item[1] != choice:
+                heapq.heappush(heap, item)
         taken.append(int(choice))
         used[choice] += nbytes * cache.get(i, 1.0)
         work[choice] += ld
+        heapq.heappush(heap, (float(work[choice]), int(choice)))
     for i, ranks in placed.items():
         st = "column_wise" if len(ranks) > 1 else "table_wise"
         tables[names[i]] = TablePlan(st, sorted(ranks), lim.clip_cache(i, round(float(cache.get(i, 1.0)), 4)))
 
     base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
                 offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
+    if not settings:
+        return base
     return _best_settings(*(numpy_problem or (system, model)), base, fast)
 
 
@@ -213,7 +233,7 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
     (score.score_pairs)."""
     candidates = []
     # hybrid on one level is fully sharded; on unequal domains it does not exist (plan.validate_plan)
-    modes = [m for m in DENSE_MODES if m != "hybrid" or (len(system.levels) > 1 and not system.uneven_domains)]
+    modes = [m for m in DENSE_MODES if m != "hybrid" or has_hybrid(system)]
     for dense, ar, a2a, buckets, chunks in itertools.product(
             modes, ALLOWED_ALGORITHMS["all_reduce"], ALLOWED_ALGORITHMS["all_to_all"], (1, 4, 16), (1, 2, 4)):
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
