@@ -192,3 +192,26 @@ def test_torchrec_export_is_what_dmp_collection_takes(small, mtia64, tmp_path):
     tw = _plan(small, [("table_wise", [i]) for i in range(8)], replicas=4, group_layout="contiguous")
     contiguous = pm.torchrec_plan(tw, mtia64, small)      # a group is one whole rack of 16
     assert contiguous["use_inter_host_allreduce"] is True and contiguous["local_size"] == 16
+
+
+def test_replica_options_follow_the_domains(mtia64):
+    from perfmodel.search.api import replica_options
+    assert replica_options(mtia64) == [1, 2, 4, 8, 16, 32]
+    # nodes of 8 in 48 chips: replicas side by side must fill or tile a node (3, 6 and 12 would split one)
+    assert replica_options(pm.load_system("h100-48")) == [1, 2, 4, 8, 16, 24]
+    # contiguous groups must hold whole nodes or tile one: groups of 3 or 6 chips would not
+    assert replica_options(pm.load_system("h100-48"), "contiguous") == [1, 2, 3, 6, 12, 24]
+
+
+def test_a_screened_search_keeps_r1_and_the_best_screened_count(small, mtia64):
+    r = pm.search(mtia64, small, "greedy", replicas="auto", sync_every=10)
+    rows = {row["replicas"]: row for row in r.notes["replicas"]}
+    assert sorted(rows) == [1, 2, 4, 8, 16, 32]
+    searched = [R for R, row in rows.items() if row["searched"]]
+    screened = {R: row["step_s"] for R, row in rows.items() if not row["searched"] and R != 1}
+    assert 1 in searched and len(searched) == 2
+    other = [R for R in searched if R != 1][0]
+    screened[other] = rows[other]["screened_step_s"]        # the count searched in full: the best screen
+    assert other == min(screened, key=screened.get)
+    assert r.step_s == min(rows[R]["step_s"] for R in searched)
+    assert r.plan.replicas in searched and r.plan.sync_every in (1, 10)

@@ -69,16 +69,24 @@ class _Search:
     iterations: int
     seed: int
     replicas: object = 1
+    sync_every: int = 1
 
     def __call__(self, system, model, start=None, progress: bool = False):
         from ..search.api import search
         return search(system, model, seed=self.seed, iterations=self.iterations, budget_s=None, start=start,
-                      progress=progress, replicas=self.replicas)
+                      progress=progress, replicas=self.replicas, sync_every=self.sync_every)
 
 
 @dataclass(frozen=True)
 class _Greedy:
+    """The greedy plan; replicas other than 1: pm.search's greedy method over those replica counts."""
+    replicas: object = 1
+    sync_every: int = 1
+
     def __call__(self, system, model):
+        if self.replicas != 1:
+            from ..search.api import search
+            return search(system, model, "greedy", replicas=self.replicas, sync_every=self.sync_every)
         from ..search.greedy import greedy_plan
         return greedy_plan(system, model)
 
@@ -109,9 +117,11 @@ class _File:
             raise ConfigError(err.source, err.field, f"does not fit {system.name}: {err.message}") from None
 
 
-def planner(plan="search", *, iterations: int | None = None, seed: int = 0, replicas=1) -> Planner:
-    """The Planner for `plan` (see the module doc); iterations, seed and replicas (pm.search's: 1,
-    a count, a list or "auto") apply to "search"."""
+def planner(plan="search", *, iterations: int | None = None, seed: int = 0, replicas=1,
+            sync_every: int = 1) -> Planner:
+    """The Planner for `plan` (see the module doc); iterations and seed apply to "search", replicas
+    (pm.search's: 1, a count, a list or "auto") and sync_every (the most steps between the replicas'
+    syncs) to "search" and "greedy"."""
     if isinstance(plan, Planner):
         return plan
     count = lambda x: isinstance(x, int) and not isinstance(x, bool)
@@ -121,10 +131,11 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0, repl
         raise ConfigError("", "seed", f"must be an integer >= 0, got {seed!r}")
     if plan is None or plan == "search":
         n = iterations or STUDY_ITERATIONS
-        two_d = "" if replicas == 1 else f", replicas {replicas if isinstance(replicas, (int, str)) else list(replicas)}"
-        return Planner(_Search(n, seed, replicas), f"search ({n} rounds, seed {seed}{two_d})", "search", n, seed)
+        return Planner(_Search(n, seed, replicas, sync_every),
+                       f"search ({n} rounds, seed {seed}{_replicas_label(replicas, ', ', sync_every)})", "search", n, seed)
     if plan == "greedy":
-        return Planner(_Greedy(), "greedy", "greedy")
+        return Planner(_Greedy(replicas, sync_every), "greedy" + _replicas_label(replicas, sync_every=sync_every),
+                       "greedy")
     fixed = getattr(plan, "plan", plan)
     if isinstance(fixed, (Plan, PlanArrays)):
         return Planner(_Given(fixed), "given plan", "fixed")
@@ -141,6 +152,15 @@ def planner(plan="search", *, iterations: int | None = None, seed: int = 0, repl
         return Planner(plan, getattr(plan, "__name__", type(plan).__name__), "callable")
     raise ConfigError("", "plan", f"is {plan!r}; allowed: 'search', 'greedy', a Plan, a plan JSON path or a "
                       "callable (system, model) -> Plan")
+
+
+def _replicas_label(replicas, sep: str = " ", sync_every: int = 1) -> str:
+    """How a planner's label names its replica counts and sync period ("" for 1D plans)."""
+    if replicas == 1:
+        return ""
+    text = replicas if isinstance(replicas, (int, str)) else ",".join(map(str, replicas))
+    text += "" if sync_every == 1 else f", sync every <= {sync_every}"
+    return f"{sep}(replicas {text})" if sep == " " else f"{sep}replicas {text}"
 
 
 def _plan_job(make: Planner, system: System, model: RankingModel) -> Plan:

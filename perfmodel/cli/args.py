@@ -102,6 +102,8 @@ def add_planning(p, executors: bool = False) -> None:
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--replicas", default="1", help="2D sparse parallelism in the searches: 1 (default, every table "
                    "over every chip), a count, a comma-separated list, or auto (every count the system allows)")
+    p.add_argument("--sync-every", type=int, default=1, help="with --replicas: the most steps between the "
+                   "replicas' synchronizations (default 1, every step)")
     if executors:
         p.add_argument("--workers", type=int,
                        help="processes searching points in parallel (default: $PERFMODEL_WORKERS, else the cores)")
@@ -124,7 +126,7 @@ def planner_of(args):
     """The Planner of --plan, --iterations, --seed and --replicas."""
     from ..analysis.planning import planner
     return planner(args.plan or "search", iterations=args.iterations, seed=args.seed,
-                   replicas=replica_arg(getattr(args, "replicas", "1")))
+                   replicas=replica_arg(getattr(args, "replicas", "1")), sync_every=getattr(args, "sync_every", 1))
 
 
 def replica_arg(text: str, flag: str = "--replicas"):

@@ -286,7 +286,8 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
     table = [dict(screened[R], replicas=R, searched=False, method="greedy placement") for R in screened
              if R not in results]
     table += [{"replicas": R, "step_s": r.step_s, "feasible": r.feasible, "sync_every": r.plan.sync_every,
-               "searched": True, "method": r.method} for R, r in results.items()]
+               "searched": True, "method": r.method, "screened_step_s": screened.get(R, {}).get("step_s")}
+              for R, r in results.items()]
     table.sort(key=lambda row: row["replicas"])
     notes = dict(best.notes, replicas=table)
     return dataclasses.replace(best, notes=notes, system=system, wall_s=budget.elapsed(),
