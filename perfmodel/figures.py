@@ -9,7 +9,8 @@
   tradeoff.png     step time vs scale-out NIC bandwidth: integrated vs PCIe NIC, engines vs
                    core-driven, on an H100 host and on MTIA 300
   timeline.png     one step of dlrm-dcnv2-mlperf on mtia300-64 and on h100-64, per device and stream
-  scaling.png      dlrm-dcnv2-mlperf on mtia300 and h100, 16 to 256 chips, strong and weak
+  scaling.png      dlrm-dcnv2-mlperf on mtia300 and h100, 16 to 256 chips, strong and weak, and weak
+                   with 2D plans (replica counts searched too: TWO_D)
   pareto.png       throughput vs power and vs cost per sample across the 64-chip systems
 
 Every point of every figure is evaluated with its own searched plan (analysis.planning: the
@@ -43,6 +44,7 @@ TRADEOFF = {"scale_out_bandwidth_GBps": [12.5, 50, 100, 400], "nic_attach_pcie":
             "offload_engines": [0, 16]}
 MTIA_PCIE_GBPS = 630    # a PCIe-attached MTIA NIC as on a GPU host: one Gen5 x16 (~63 GB/s) per active 800G port
 SCALING_CHIPS = (16, 64, 256)
+TWO_D = "auto"          # the scaling figure's 2D series: the replica counts its searches may take
 SCHEMA = 1
 
 
@@ -173,6 +175,13 @@ def points(name: str, model) -> list[tuple]:
             for mode in ("strong", "weak") for n in SCALING_CHIPS]
 
 
+def two_d_points(name: str, model) -> list[tuple]:
+    """The points figure `name` draws with 2D plans (the scaling figure's weak series)."""
+    if name != "scaling":
+        return []
+    return [(f"{fam}-{n}", None, _scaling_batch(model, "weak", n)) for fam in ("mtia300", "h100") for n in SCALING_CHIPS]
+
+
 def breakdown(out: Path, pts: Points):
     from . import plots
     res = {name: pts(name) for name in SYSTEMS}
@@ -246,10 +255,12 @@ def scaling(out: Path, pts: Points):
     records, series = [], {}
     for ax, fam in zip(axes[0], ("mtia300", "h100")):
         rows = []
-        for mode in ("strong", "weak"):
+        for mode in ("strong", "weak", "weak 2D"):
             mine = []
             for n in SCALING_CHIPS:
-                _, rec = pts(f"{fam}-{n}", global_batch=_scaling_batch(pts.model, mode, n))
+                where = pts.two_d if mode == "weak 2D" else pts
+                _, rec = where(f"{fam}-{n}", global_batch=_scaling_batch(pts.model, mode.split()[0], n))
+                rec = dict(rec, series="2D") if mode == "weak 2D" else rec
                 records.append(rec)
                 mine.append(dict(chips=n, mode=mode, samples_per_s=rec["values"]["samples_per_s"]))
             thr0 = mine[0]["samples_per_s"]
@@ -259,9 +270,10 @@ def scaling(out: Path, pts: Points):
             series[f"{fam} {mode}"] = {str(r["chips"]): {"samples_per_s": r["samples_per_s"],
                                                          "efficiency": r["efficiency"]} for r in mine}
         plots.scaling(_table(rows, ["chips", "mode", "samples_per_s", "efficiency"]), ax=ax,
-                      title=f"{MODEL} on {fam}, searched plan per size")
+                      title=f"{MODEL} on {fam}, searched plan per size (2D: replicas searched)")
     plots_save(fig, out / "scaling.png")
-    write_json(out, "scaling", records, pts.make, chips=list(SCALING_CHIPS), series=series)
+    write_json(out, "scaling", records, pts.make, chips=list(SCALING_CHIPS), series=series,
+               plan_2d=pts.two_d.make.label)
 
 
 def pareto(out: Path, pts: Points):
@@ -303,9 +315,11 @@ def main(argv=None) -> int:
     out = Path(args.folder)
     out.mkdir(parents=True, exist_ok=True)
     pts = Points(load_model(MODEL), planner("search", seed=0), workers=args.workers)
+    pts.two_d = Points(pts.model, planner("search", seed=0, replicas=TWO_D), workers=args.workers)
     t = time.perf_counter()
     pts.plan_all([k for n in names for k in points(n, pts.model)])
-    print(f"searched {len(pts.done)} points ({time.perf_counter() - t:.1f} s)", flush=True)
+    pts.two_d.plan_all([k for n in names for k in two_d_points(n, pts.model)])
+    print(f"searched {len(pts.done) + len(pts.two_d.done)} points ({time.perf_counter() - t:.1f} s)", flush=True)
     for n in names:
         t = time.perf_counter()
         FIGURES[n](out, pts)

@@ -234,7 +234,7 @@ def scaling(table, ax=None, title: str | None = None):
     ax = _ax(ax)
     ax2 = ax.twinx()
     modes = list(dict.fromkeys(str(m) for m in c["mode"])) if "mode" in c else ["strong"]
-    colors = {"strong": "#1f77b4", "weak": "#d62728"}
+    colors = {"strong": "#1f77b4", "weak": "#d62728", "weak 2D": "#9467bd"}
     ideal = {}
     for mode in modes:
         idx = np.asarray([str(m) == mode for m in c["mode"]]) if "mode" in c else np.ones(len(c["chips"]), bool)

@@ -254,14 +254,14 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
     1 and the count whose greedy plan is fastest are searched in full."""
     budget = Budget(seconds=kw["budget_s"])
 
-    def one(R, how, bar):
-        group = sharding_group(system, R, layout)
+    def one(R, how, bar, k=1):
+        group = sharding_group(system, R, layout, k)
         gmodel = dataclasses.replace(model, global_batch=model.global_batch / R)
         limits = resolve_limits(given, group, gmodel)
         left = None if kw["budget_s"] is None else max(kw["budget_s"] - budget.elapsed(), 1e-3)
         on_round = lambda phase, b: bar.update(f"{R} replicas, {how}: {phase}", b)
         r = _search(group, gmodel, how, on_round=on_round, **dict(kw, budget_s=left, constraints=(given, limits)))
-        return dataclasses.replace(r, plan=dataclasses.replace(r.plan, replicas=R, group_layout=layout))
+        return dataclasses.replace(r, plan=dataclasses.replace(r.plan, replicas=R, group_layout=layout, sync_every=k))
 
     screened = {}
     full = counts
@@ -275,9 +275,12 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
             full = sorted({1, ranked[0]} & set(counts)) if ranked else [1]
         results = {}
         for R in full:
-            results[R] = one(R, method, bar)
-            if sync_every > 1 and R > 1:          # the weights every k steps, against the touched rows' gradients every step
-                plan_k = dataclasses.replace(results[R].plan, sync_every=sync_every)
+            # searched at the sync period its screen chose (else the longest allowed), then priced at the
+            # other one too: the weights every k steps against the touched rows' gradients every step
+            k = screened[R]["sync_every"] if R in screened else sync_every if R > 1 else 1
+            results[R] = one(R, method, bar, k)
+            if sync_every > 1 and R > 1:
+                plan_k = dataclasses.replace(results[R].plan, sync_every=sync_every if k == 1 else 1)
                 bd_k = evaluate(system, model, plan_k)
                 if bool(bd_k.feasible) and float(bd_k.step_s) < results[R].step_s:
                     results[R] = dataclasses.replace(results[R], plan=plan_k, breakdown=bd_k, step_s=float(bd_k.step_s),
