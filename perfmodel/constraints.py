@@ -20,6 +20,10 @@ Per table (every key optional):
                       row_wise and data_parallel span every rank, so a list of fewer ranks
                       disallows them
 
+And for the whole plan (2D sparse parallelism, hardware.Replication), keys beside the tables:
+  replicas            the replica counts a plan may take (a list; [1]: 1D plans only)
+  sync_every          the most steps between the replicas' synchronizations
+
 A constraint set is given as a dict (Python, or a TOML/JSON file of [<table>] sections; a model file's
 [constraints.<table>] sections), as TableConstraint values, or as TorchRec ParameterConstraints
 objects (read by attribute: torchrec need not be installed). This module parses and checks a
@@ -30,6 +34,7 @@ satisfy is refused there, naming the table and the constraint.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +43,10 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError, read_file
-from .schema import COMPUTE_KERNELS, CONSTRAINT, SHARDING_TYPES
+from .schema import COMPUTE_KERNELS, CONSTRAINT, MAX_SYNC_EVERY, SHARDING_TYPES
 
-KEYS = tuple(o.key for o in CONSTRAINT.values())
+KEYS = tuple(o.key for o in CONSTRAINT.values() if o.section == "<table>")
+PLAN_KEYS = tuple(o.key for o in CONSTRAINT.values() if not o.section)     # replicas, sync_every
 TORCHREC_CACHE_LOAD_FACTOR = 0.2     # TorchRec's planner constants.UVM_CACHING_RATIO (torchrec 1.8)
 NOT_MODELLED_KERNELS = {"fused_uvm": "every row in host memory with no HBM cache is not modelled: use "
                                      "fused_uvm_caching with a small cache_load_factor"}
@@ -72,17 +78,23 @@ class Constraints:
     tables: dict[str, TableConstraint] = field(default_factory=dict)
     source: str = "constraints"
     ignored: tuple[str, ...] = ()       # TorchRec fields read and set aside ("t0.pooling_factors")
+    replicas: tuple[int, ...] | None = None      # the replica counts a plan may take (None: any)
+    sync_every: int | None = None                # the most steps between the replicas' syncs (None: any)
 
     def __bool__(self) -> bool:
-        return bool(self.tables)
+        return bool(self.tables) or self.replicas is not None or self.sync_every is not None
 
     def merged(self, other: "Constraints") -> "Constraints":
-        """These constraints with `other`'s tables replacing theirs."""
+        """These constraints with `other`'s tables (and plan-wide keys) replacing theirs."""
         src = " + ".join(s for s in (self.source, other.source) if s)
-        return Constraints({**self.tables, **other.tables}, src, self.ignored + other.ignored)
+        return Constraints({**self.tables, **other.tables}, src, self.ignored + other.ignored,
+                           other.replicas if other.replicas is not None else self.replicas,
+                           other.sync_every if other.sync_every is not None else self.sync_every)
 
     def to_dict(self) -> dict:
-        return {name: c.to_dict() for name, c in self.tables.items()}
+        out = {name: c.to_dict() for name, c in self.tables.items()}
+        out.update({k: list(v) if isinstance(v, tuple) else v for k in PLAN_KEYS if (v := getattr(self, k)) is not None})
+        return out
 
 
 # ------------------------------------------------------------------------------------- parsing
@@ -187,12 +199,35 @@ def parse_constraints(data: Any, src: str = "constraints", prefix: str = "") -> 
     section they sit in, for messages ("constraints." in a model file)."""
     if isinstance(data, Constraints):               # built by hand: its entries checked too
         return Constraints({n: table_constraint(c, data.source, n) for n, c in data.tables.items()}, data.source,
-                           data.ignored)
+                           data.ignored, *_plan_wide(data.to_dict(), data.source, ""))
     if not isinstance(data, dict):
         raise ConfigError(src, prefix.rstrip("."), "must map table names to their constraints")
+    wide = _plan_wide(data, src, prefix)
+    data = {k: v for k, v in data.items() if not (k in PLAN_KEYS and not isinstance(v, dict))}
     if any(not isinstance(v, (dict, TableConstraint)) and hasattr(v, "sharding_types") for v in data.values()):
-        return from_torchrec(data, src)
-    return Constraints({str(name): table_constraint(c, src, f"{prefix}{name}") for name, c in data.items()}, src)
+        return dataclasses.replace(from_torchrec(data, src), replicas=wide[0], sync_every=wide[1])
+    return Constraints({str(name): table_constraint(c, src, f"{prefix}{name}") for name, c in data.items()}, src, (),
+                       *wide)
+
+
+def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
+    """(replicas, sync_every) of a constraint set: keys beside the tables whose values are not a table's
+    (a table may be named "replicas": its value is then a table of constraints)."""
+    r, k = data.get("replicas"), data.get("sync_every")
+    r = None if isinstance(r, dict) else r
+    k = None if isinstance(k, dict) else k
+    if r is not None:
+        r = [r] if isinstance(r, int) and not isinstance(r, bool) else r
+        if not isinstance(r, (list, tuple)) or not r or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in r):
+            raise ConfigError(src, f"{prefix}replicas", f"must be a non-empty list of replica counts (integers >= 1), "
+                              f"got {data.get('replicas')!r}")
+        r = tuple(sorted(set(r)))
+    if k is not None:
+        k = _count(k, src, f"{prefix}sync_every", 1, "the most steps between the replicas' synchronizations")
+        if k > MAX_SYNC_EVERY:
+            raise ConfigError(src, f"{prefix}sync_every", f"must be at most {MAX_SYNC_EVERY:,}, got {k}")
+    return r, k
 
 
 def load_constraints(path: str | Path) -> Constraints:

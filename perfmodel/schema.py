@@ -446,6 +446,10 @@ CONSTRAINT = _options(
     ("<table>", "ranks", "list", "distinct ranks of the system", "all",
      "ranks its shards may be on: table_wise one of them, column_wise k of them, table_row_wise a whole scale-up "
      "domain of them; fewer than all rule out row_wise and data_parallel"),
+    ("", "replicas", "list", "replica counts the system's domains allow (perfmodel search --replicas auto lists "
+     "them)", "[1]", "2D plans: the replica counts a plan may take (a table's ranks are then a sharding group's)"),
+    ("", "sync_every", "integer", f"1 to {MAX_SYNC_EVERY:,}", "1", "2D plans: the most steps between the replicas' "
+     "synchronizations"),
 )
 
 

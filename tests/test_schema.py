@@ -244,4 +244,9 @@ def test_plan_and_constraint_fields_are_the_schemas():
     plan = pm.Plan(tables={"t": pm.TablePlan("table_wise", [0])}, replicas=2).to_dict()   # a 2D plan writes every field
     assert set(plan) == {o.key for o in PLAN.values() if not o.section}
     assert set(plan["tables"]["t"]) == {o.key for o in PLAN.values() if o.section == "tables.<table>"}
-    assert [f.name for f in dataclasses.fields(TableConstraint)] == [o.key for o in CONSTRAINT.values()]
+    from perfmodel.constraints import Constraints
+    assert [f.name for f in dataclasses.fields(TableConstraint)] == [o.key for o in CONSTRAINT.values()
+                                                                     if o.section == "<table>"]
+    plan_wide = [o.key for o in CONSTRAINT.values() if not o.section]
+    assert plan_wide == ["replicas", "sync_every"] and all(f in {x.name for x in dataclasses.fields(Constraints)}
+                                                            for f in plan_wide)

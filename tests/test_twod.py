@@ -215,3 +215,25 @@ def test_a_screened_search_keeps_r1_and_the_best_screened_count(small, mtia64):
     assert other == min(screened, key=screened.get)
     assert r.step_s == min(rows[R]["step_s"] for R in searched)
     assert r.plan.replicas in searched and r.plan.sync_every in (1, 10)
+
+
+def test_constraints_say_which_replica_counts_and_sync_period_a_plan_may_take(small, mtia64, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('replicas = [4]\nsync_every = 20\n[c0]\nsharding_types = ["table_wise"]\n')
+    c = pm.load_constraints(path)
+    assert (c.replicas, c.sync_every, list(c.tables)) == ((4,), 20, ["c0"])
+    r = pm.search(mtia64, small, "greedy", constraints=path)           # the search takes them as its counts
+    assert r.plan.replicas == 4 and r.plan.sync_every <= 20 and r.plan.tables["c0"].sharding_type == "table_wise"
+    with pytest.raises(ConfigError, match="replicas.*allows \\[4\\]; the search was asked for 2"):
+        pm.search(mtia64, small, "greedy", constraints=path, replicas=2)
+    with pytest.raises(ConfigError, match="sync_every.*at most 20"):
+        pm.search(mtia64, small, "greedy", constraints=path, sync_every=50)
+    with pytest.raises(ConfigError, match="replicas.*is 1; the constraint replicas allows \\[4\\]"):
+        pm.validate_plan(_plan(small, [("table_wise", [0])] * 8), mtia64, small, constraints=path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('replicas = [0]\n')
+    with pytest.raises(ConfigError, match="replicas.*integers >= 1"):
+        pm.load_constraints(bad)
+    # a table may be named "replicas": its value is a table of constraints
+    named = pm.constraints.parse_constraints({"replicas": {"sharding_types": ["row_wise"]}})
+    assert named.replicas is None and list(named.tables) == ["replicas"]

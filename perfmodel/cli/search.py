@@ -54,16 +54,17 @@ def register(sub) -> None:
     p.add_argument("--constraints", metavar="FILE", help="per-table constraints (TOML/JSON of [<table>] sections: "
                    "sharding_types, compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks); they "
                    "replace the model file's own [constraints.<table>] table by table")
-    p.add_argument("--replicas", default="1", help="2D sparse parallelism: the chips as R replicas of sharding "
+    p.add_argument("--replicas", default=None, help="2D sparse parallelism: the chips as R replicas of sharding "
                    "groups of chips / R (tables sharded in a group, replicated across groups, the replicas "
-                   "synchronized): 1 (default: every table over every chip), a count, a comma-separated list, or "
-                   "auto (every count the system's domains allow; the best of each is printed)")
+                   "synchronized): 1 (every table over every chip; the default unless the constraints say "
+                   "replicas), a count, a comma-separated list, or auto (every count the system's domains allow; "
+                   "the best of each is printed)")
     p.add_argument("--group-layout", default="strided", choices=GROUP_LAYOUTS, help="strided (default, TorchRec's: "
                    "a shard's replicas on neighbouring ranks, synchronized on the innermost links) or contiguous "
                    "(a group on consecutive ranks, its all-to-alls on the innermost links)")
-    p.add_argument("--sync-every", type=int, default=1, help="the most steps between the replicas' synchronizations "
-                   "(default 1: the touched rows' gradients every step; k > 1 also prices the weights and optimizer "
-                   "state every k steps and keeps the faster)")
+    p.add_argument("--sync-every", type=int, default=None, help="the most steps between the replicas' "
+                   "synchronizations (default 1, or the constraints' sync_every: the touched rows' gradients every "
+                   "step; k > 1 also prices the weights and optimizer state every k steps and keeps the faster)")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     io.add_output(p, "--out", io.PLAN, help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
@@ -101,7 +102,7 @@ def _cmd_search(args) -> int:
     iterations = None if args.until_converged else args.iterations if args.iterations is not None else \
         default_iterations(system, model)
     precisions = tuple(p for p in args.precisions.split(",") if p)
-    replicas = replica_arg(args.replicas)
+    replicas = None if args.replicas is None else replica_arg(args.replicas)
     guard = None
     if args.guard:
         from ..search.guard import load_shard_costs

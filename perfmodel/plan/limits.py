@@ -23,7 +23,7 @@ def resolve(constraints, system, model, src: str | None = None) -> Limits | None
     when there are none. Raises ConfigError naming the table and the constraint for an unknown
     table, a rank the system lacks, or a table no plan can satisfy."""
     c = as_constraints(constraints, src or "constraints")
-    if not c:
+    if not c.tables:                 # none, or only the plan-wide replicas / sync_every
         return None
     src = src or c.source
     names = model.tables.names
@@ -152,6 +152,11 @@ def plan_violations(plan, constraints, system, model, src: str = "plan") -> list
     c = as_constraints(constraints)
     check_tables(c, model.tables)
     out = []
+    replicas, k = getattr(plan, "replicas", 1), getattr(plan, "sync_every", 1)
+    if c.replicas is not None and replicas not in c.replicas:
+        out.append(("replicas", f"is {replicas}; the constraint replicas allows {list(c.replicas)}"))
+    if c.sync_every is not None and replicas > 1 and k > c.sync_every:
+        out.append(("sync_every", f"is {k}; the constraint sync_every allows at most {c.sync_every}"))
     dims = {n: int(d) for n, d in zip(model.tables.names, np.asarray(model.tables.dim))}
     for name, tc in c.tables.items():
         t = plan.tables.get(name)

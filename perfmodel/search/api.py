@@ -119,8 +119,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            precisions: tuple[str, ...] = ("fp32",), sharding_types: tuple[str, ...] = SHARDING_TYPES,
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
-           gradients: bool | str = True, constraints=None, replicas=1, group_layout: str = "strided",
-           sync_every: int = 1) -> SearchResult:
+           gradients: bool | str = True, constraints=None, replicas=None, group_layout: str = "strided",
+           sync_every: int | None = None) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first (no wall-clock limit unless given: a plan is then a function
     of the problem, the seed and the iterations alone, on any machine and under any load).
@@ -151,14 +151,16 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     compute_kernels, cache_load_factor, min_partition, max_cw_shards, ranks}}, Constraints, TorchRec
     ParameterConstraints objects, or a TOML/JSON path); every method's plan keeps them. A model given
     by name or path brings its file's [constraints.<table>] too (these replace them table by table).
-    replicas: 2D sparse parallelism (hardware.Replication): 1 (default) shards every table over
-    every chip; an integer R makes the chips R replicas of sharding groups of D / R chips; a list of
-    them, or "auto" (replica_options: every count the system's domains allow), searches each (a
-    screen of greedy plans first where there are more than two, then the search proper on R = 1 and
-    on the best other count) and keeps the fastest; r.notes["replicas"] lists each count's best step.
+    replicas: 2D sparse parallelism (hardware.Replication): 1 shards every table over every chip; an
+    integer R makes the chips R replicas of sharding groups of D / R chips; a list of them, or "auto"
+    (replica_options: every count the system's domains allow), searches each (a screen of greedy
+    placements first where there are more than SCREEN_AT, then the search proper on R = 1 and on the
+    best other count) and keeps the fastest; r.notes["replicas"] lists each count's best step.
+    None (default): the constraints' replicas, else 1. A 2D plan's per-table constraints on ranks
+    name a sharding group's ranks.
     group_layout: "strided" (a shard's replicas on neighbouring ranks) or "contiguous".
     sync_every: the most steps between the replicas' synchronizations the plan may take (1: every
-    step); the search prices both 1 and this.
+    step); the search prices both 1 and this. None: the constraints' sync_every, else 1.
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
@@ -183,7 +185,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     kw = dict(seed=seed, budget_s=budget_s, iterations=iterations, precisions=precisions,
               sharding_types=sharding_types, freeze_settings=freeze_settings, options=options,
               constraints=(given, limits))
-    counts = replica_counts(system, replicas, group_layout, sync_every, start)
+    replicas, sync_every = _plan_wide(given, replicas, sync_every)
+    counts = replica_counts(system, replicas, group_layout, sync_every, start, given.replicas)
     if counts != [1]:
         if co_design is not None or guard is not None:
             raise ConfigError("", "replicas", f"is {replicas!r}: 2D plans are searched without "
@@ -221,6 +224,25 @@ def _screen(system, model, R: int, layout: str, sync_every: int, given) -> dict:
     return best
 
 
+def _plan_wide(given, replicas, sync_every) -> tuple:
+    """(replicas, sync_every) of a search: the arguments, else the constraints', else 1; arguments
+    the constraints rule out are a ConfigError naming the constraint."""
+    if replicas is None:
+        replicas = list(given.replicas) if given.replicas is not None else 1
+    elif given.replicas is not None and replicas != "auto":
+        asked = list(replicas) if isinstance(replicas, (list, tuple)) else [replicas]
+        bad = [r for r in asked if r not in given.replicas]
+        if bad:
+            raise ConfigError(given.source, "replicas", f"allows {list(given.replicas)}; the search was asked for {bad[0]}")
+    if sync_every is None:
+        sync_every = given.sync_every if given.sync_every is not None else 1
+    elif given.sync_every is not None and not isinstance(sync_every, bool) and isinstance(sync_every, int) \
+            and sync_every > given.sync_every:
+        raise ConfigError(given.source, "sync_every", f"allows at most {given.sync_every}; the search was asked for "
+                          f"{sync_every}")
+    return replicas, sync_every
+
+
 def replica_options(system: System, layout: str = "strided") -> list[int]:
     """Every replica count a 2D plan may take on `system` in `layout` (hardware.replication_problem),
     1 included: the counts whose groups hold whole domains of every level."""
@@ -228,13 +250,19 @@ def replica_options(system: System, layout: str = "strided") -> list[int]:
     return [r for r in range(1, D // 2 + 1) if D % r == 0 and replication_problem(system, r, layout) is None]
 
 
-def replica_counts(system: System, replicas, layout: str, sync_every, start) -> list[int]:
+def replica_counts(system: System, replicas, layout: str, sync_every, start, given_replicas=None) -> list[int]:
     """The replica counts a search tries: `replicas` checked (an integer, a list of them or "auto"),
     or the start plan's."""
     if start is not None and start.replicas != 1:
         return [start.replicas]
     if replicas == "auto":
         counts = replica_options(system, layout)
+        if given_replicas is not None:          # "auto" within what the constraints allow
+            counts = [r for r in counts if r in given_replicas]
+            if not counts:
+                raise ConfigError("constraints", "replicas", f"allows {list(given_replicas)}, none of which "
+                                  f"{system.name} can take in {layout} groups (it allows "
+                                  f"{replica_options(system, layout)})")
     else:
         counts = list(replicas) if isinstance(replicas, (list, tuple)) else [replicas]
         if not counts:
@@ -253,6 +281,7 @@ def _replicated(system, model, method, counts, layout, sync_every, given, progre
     as its own problem (hardware.sharding_group), the best kept; with more than SCREEN_AT counts, only
     1 and the count whose greedy plan is fastest are searched in full."""
     budget = Budget(seconds=kw["budget_s"])
+    given = dataclasses.replace(given, replicas=None, sync_every=None)     # a group's plan: its tables' constraints
 
     def one(R, how, bar, k=1):
         group = sharding_group(system, R, layout, k)
