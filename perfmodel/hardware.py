@@ -262,7 +262,7 @@ def sharding_group(system: System, replicas: int, layout: str = "strided", sync_
     R = int(replicas)
     if R == 1:
         return system
-    D, G = system.num_chips, system.num_chips // R
+    G = system.num_chips // R
     levels = _above(system.levels, R) if layout == "strided" else _cut(system.levels, G)
     per_host = max(1, system.chips_per_host // R) if layout == "strided" else min(system.chips_per_host, G)
     return dataclasses.replace(system, levels=levels, num_chips=G, chips_per_host=per_host,

@@ -1,7 +1,6 @@
 """2D sparse parallelism (hardware.Replication): sharding groups, their all-to-alls, the replicas'
 sync, memory, the dense sync over every chip, plans and searches, against hand calculations."""
 
-import dataclasses
 import json
 import re
 

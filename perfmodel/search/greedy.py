@@ -48,7 +48,7 @@ def _inputs_of(system: System, model: RankingModel, shards):
     xp = xp_of(tb.dim)
     f, b = table_seconds(system.chip, model, tb.dim / shards, np.ones(tb.count, np.float32))
     up, out = link_bandwidths(system)
-    D, L = system.num_chips, system.domain_size
+    D = system.num_chips
     dw = whole_system(system)        # a 2D plan's dense state is sharded over every group's chips
     pooled = xp.sum(tb.output_per_sample() * tb.dim)
     return dict(f=f, b=b, up=up, out=out, cap=capacity_bytes(system), out_rows=tb.output_per_sample(),
