@@ -236,3 +236,25 @@ def test_constraints_say_which_replica_counts_and_sync_period_a_plan_may_take(sm
     # a table may be named "replicas": its value is a table of constraints
     named = pm.constraints.parse_constraints({"replicas": {"sharding_types": ["row_wise"]}})
     assert named.replicas is None and list(named.tables) == ["replicas"]
+
+
+def test_a_synchronous_step_applies_the_union_of_the_replicas_rows(small, mtia64):
+    # k = 1: each replica updates every row the whole step touched, u(4 x 1,024) - u(1,024) more rows
+    # than its own group's batch, each read and written with its state at HBM's gather rate
+    from perfmodel.cost.compute import gather_efficiency
+    types = [("table_wise", [3])] * 4 + [("row_wise", list(range(16)))] * 3 + [("data_parallel", list(range(16)))]
+    chip, tb = mtia64.chip, small.tables
+    row = np.asarray(tb.bytes_per_row(), np.float64)
+    u = lambda b: np.asarray(access.distinct_per_batch(tb, b), np.float64)
+    per_table = 2 * (u(4096) - u(1024)) * row / (float(chip.hbm_Bps * chip.hbm_eff)
+                                                  * np.asarray(gather_efficiency(chip, row), np.float64))
+    want = np.full(16, per_table[4:7].sum() / 16)
+    want[3] += per_table[:4].sum()
+    bwd = {}
+    for k in (1, 10):
+        plan = _plan(small, types, replicas=4, sync_every=k)
+        group, gmodel = group_problem(mtia64, small, plan)
+        pa = pm.to_arrays(plan, mtia64, small)
+        bwd[k] = np.asarray(plan_traffic(group, gmodel, pa).emb.bwd_s, np.float64)
+    np.testing.assert_allclose(bwd[1] - bwd[10], want, rtol=1e-4)
+    assert want[3] > 0

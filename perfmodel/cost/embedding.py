@@ -383,6 +383,22 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
                           hbm_bytes, host_bytes, pooled)
 
 
+def _replica_shares(system: System, pa: PlanArrays, per_table):
+    """[D] each device's share of per-table quantities `per_table` ([..., T]) over the shards it
+    holds: table- and column-wise and row-wise subsets by their placement, table-row-wise by its
+    domain's, row-wise over all devices 1 / D each; data-parallel tables not at all (a 2D plan
+    all-reduces their gradients over every chip with the dense ones)."""
+    xp = xp_of(pa.shard_type)
+    S = pa.shard_type
+    D, L = system.num_chips, system.domain_size
+    s_sub = row_wise_subset(pa, D)
+    s_sub = 0.0 if s_sub is None else s_sub
+    held = _over_tables(pa.placement, ((S[..., TW] + S[..., CW] + s_sub) * per_table)[..., None])
+    by_domain = _per_domain(_over_tables(pa.domain_placement, (S[..., TWRW] * per_table / L)[..., None]), system)
+    everywhere = xp.sum((S[..., RW] - s_sub) * per_table, axis=-1) / D
+    return held[..., 0] + by_domain[..., 0] + lead(everywhere, held[..., 0])
+
+
 def replica_sync_bytes(system: System, model: RankingModel, pa: PlanArrays, grad_bytes):
     """[D] bytes each device of a 2D plan's sharding group (hardware.Replication) all-reduces with
     the replicas of its shards at a synchronization: with sync_every = 1 the gradients of the rows
@@ -393,16 +409,27 @@ def replica_sync_bytes(system: System, model: RankingModel, pa: PlanArrays, grad
     all-reduced over every chip with the dense ones."""
     rep, tb = system.replication, model.tables
     xp = xp_of(pa.shard_type)
-    S = pa.shard_type
     if rep.sync_every == 1:
         touched = access.distinct_per_batch(tb, model.global_batch * rep.replicas)
-        per_table = touched * tb.dim * lead(grad_bytes, S[..., 0])
+        per_table = touched * tb.dim * lead(grad_bytes, pa.shard_type[..., 0])
     else:
-        per_table = tb.rows * tb.bytes_per_row() + xp.zeros_like(S[..., 0])
-    D, L = system.num_chips, system.domain_size
-    s_sub = row_wise_subset(pa, D)
-    s_sub = 0.0 if s_sub is None else s_sub
-    held = _over_tables(pa.placement, ((S[..., TW] + S[..., CW] + s_sub) * per_table)[..., None])
-    by_domain = _per_domain(_over_tables(pa.domain_placement, (S[..., TWRW] * per_table / L)[..., None]), system)
-    everywhere = xp.sum((S[..., RW] - s_sub) * per_table, axis=-1) / D
-    return held[..., 0] + by_domain[..., 0] + lead(everywhere, held[..., 0])
+        per_table = tb.rows * tb.bytes_per_row() + xp.zeros_like(pa.shard_type[..., 0])
+    return _replica_shares(system, pa, per_table)
+
+
+def replica_apply_seconds(system: System, model: RankingModel, pa: PlanArrays):
+    """[D] seconds each device of a 2D plan's group spends, when the replicas sync every step
+    (sync_every = 1), applying the gradients of the rows the other replicas touched and it did not:
+    a synchronous step updates every row of the union, u(R b) - u(b) rows more than its own group's
+    batch b touched (access.distinct_per_batch), each read and written with its optimizer state at
+    the gather rate of HBM, as the fused update of table_parts. Zero when the replicas average
+    their weights every k > 1 steps (each updates its own rows)."""
+    rep, tb, chip = system.replication, model.tables, system.chip
+    xp = xp_of(pa.shard_type)
+    if rep.sync_every != 1:
+        return xp.zeros(np.shape(pa.offload) + (system.num_chips,), np.float32)
+    B = model.global_batch
+    extra = access.distinct_per_batch(tb, B * rep.replicas) - access.distinct_per_batch(tb, B)
+    row = tb.bytes_per_row()          # the row and its optimizer state
+    per_table = 2.0 * xp.maximum(extra, 0.0) * row / (chip.hbm_Bps * chip.hbm_eff * gather_efficiency(chip, row))
+    return _replica_shares(system, pa, per_table + xp.zeros_like(pa.shard_type[..., 0]))

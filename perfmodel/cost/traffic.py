@@ -25,6 +25,7 @@ of a batch of discrete plans with a leading batch axis (cost.arrays).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -36,7 +37,8 @@ from ..plan import COLLECTIVES, CW, DP, PRECISION_BYTES, RW, TW, TWRW, PlanArray
 from ..workload import RankingModel
 from . import collectives as coll
 from .arrays import lead, xp_of
-from .embedding import EmbeddingCosts, embedding_costs, hierarchical, replica_sync_bytes, row_wise_subset
+from .embedding import (EmbeddingCosts, embedding_costs, hierarchical, replica_apply_seconds, replica_sync_bytes,
+                        row_wise_subset)
 from .smooth import hard_max
 
 A2A, AR, RS, AG = (COLLECTIVES.index(k) for k in ("all_to_all", "all_reduce", "reduce_scatter", "all_gather"))
@@ -96,6 +98,8 @@ def plan_traffic(system: System, model: RankingModel, pa: PlanArrays) -> Traffic
     D = system.num_chips
     a2a_b, grad_b = element_bytes(pa)
     emb = embedding_costs(system, model, pa, a2a_b, grad_b)
+    if system.replication is not None:      # a synchronous 2D step applies the other replicas' rows too
+        emb = dataclasses.replace(emb, bwd_s=emb.bwd_s + replica_apply_seconds(system, model, pa))
     u = used(pa, model, D)
     P_dense = model.dense.params()
     g_bytes = P_dense * grad_b
