@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError, read_file
-from .schema import COMPUTE_KERNELS, CONSTRAINT, MAX_SYNC_EVERY, SHARDING_TYPES
+from .hardware import sync_every_problem
+from .schema import COMPUTE_KERNELS, CONSTRAINT, SHARDING_TYPES
 
 KEYS = tuple(o.key for o in CONSTRAINT.values() if o.section == "<table>")
 PLAN_KEYS = tuple(o.key for o in CONSTRAINT.values() if not o.section)     # replicas, sync_every
@@ -224,9 +225,9 @@ def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
                               f"got {data.get('replicas')!r}")
         r = tuple(sorted(set(r)))
     if k is not None:
-        k = _count(k, src, f"{prefix}sync_every", 1, "the most steps between the replicas' synchronizations")
-        if k > MAX_SYNC_EVERY:
-            raise ConfigError(src, f"{prefix}sync_every", f"must be at most {MAX_SYNC_EVERY:,}, got {k}")
+        why = sync_every_problem(k)
+        if why is not None:
+            raise ConfigError(src, f"{prefix}sync_every", why)
     return r, k
 
 

@@ -247,6 +247,15 @@ def replication_problem(system: System, replicas, layout: str = "strided") -> st
     return None
 
 
+def sync_every_problem(sync_every) -> str | None:
+    """Why `sync_every` is no sync period of a 2D plan, in words; None if it is one."""
+    k = sync_every
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_SYNC_EVERY:
+        return (f"must be an integer from 1 to {MAX_SYNC_EVERY:,} (steps between the replicas' "
+                f"synchronizations), got {k!r}")
+    return None
+
+
 def sharding_group(system: System, replicas: int, layout: str = "strided", sync_every: int = 1) -> System:
     """The System of one sharding group of a 2D plan (Replication): its G = D / replicas chips with
     the levels they reach (strided: each level's domains hold 1 / replicas of their chips; contiguous:
@@ -256,9 +265,9 @@ def sharding_group(system: System, replicas: int, layout: str = "strided", sync_
     why = replication_problem(system, replicas, layout)
     if why is not None:
         raise ConfigError("", "replicas", why)
-    if isinstance(sync_every, bool) or not isinstance(sync_every, (int, np.integer)) or not 1 <= sync_every <= MAX_SYNC_EVERY:
-        raise ConfigError("", "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,} (steps between "
-                          f"synchronizations of the replicas), got {sync_every!r}")
+    why = sync_every_problem(sync_every)
+    if why is not None:
+        raise ConfigError("", "sync_every", why)
     R = int(replicas)
     if R == 1:
         return system

@@ -169,6 +169,10 @@ def test_search_cli_prints_each_replica_count_and_writes_a_2d_plan(tmp_path):
     assert ("2D plan              4 replicas of sharding groups of 16 chips" in out) == (chosen == [4])
     code, out, err = run(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--replicas", "3"])
     assert "replicas" in one_error_line(code, err) and "divide the 64 chips" in err
+    for command in (["search"], ["scaling", "--chips", "64", "--plan", "greedy"]):
+        code, out, err = run([*command, "--system", "mtia300-64", "--model", "dlrm-small", "--replicas", "2",
+                              "--sync-every", "0"])
+        assert "field '--sync-every': must be an integer from 1" in one_error_line(code, err)
 
 
 def test_torchrec_export_is_what_dmp_collection_takes(small, mtia64, tmp_path):

@@ -126,7 +126,17 @@ def planner_of(args):
     """The Planner of --plan, --iterations, --seed and --replicas."""
     from ..analysis.planning import planner
     return planner(args.plan or "search", iterations=args.iterations, seed=args.seed,
-                   replicas=replica_arg(getattr(args, "replicas", "1")), sync_every=getattr(args, "sync_every", 1))
+                   replicas=replica_arg(getattr(args, "replicas", "1")), sync_every=sync_every_arg(args) or 1)
+
+
+def sync_every_arg(args) -> int | None:
+    """--sync-every checked (one error naming the flag), or None where it is not given."""
+    from ..hardware import sync_every_problem
+    k = getattr(args, "sync_every", None)
+    why = None if k is None else sync_every_problem(k)
+    if why is not None:
+        raise ConfigError("", "--sync-every", why)
+    return k
 
 
 def replica_arg(text: str, flag: str = "--replicas"):

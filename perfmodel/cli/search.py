@@ -13,7 +13,7 @@ from ..constraints import for_command
 from ..search.api import ITERATIONS, ROUND_WORK, default_iterations
 from ..search.guard import guard_line
 from . import io
-from .args import add_chips, load_system_arg, maybe_empty, replica_arg, system_flags
+from .args import add_chips, load_system_arg, maybe_empty, replica_arg, sync_every_arg, system_flags
 
 
 def register(sub) -> None:
@@ -121,7 +121,7 @@ def _cmd_search(args) -> int:
                               co_design=args.co_design if m == args.method else None,
                               guard=guard if m == args.method else None, constraints=constraints,
                               progress=not args.no_progress and not args.json, replicas=replicas,
-                              group_layout=args.group_layout, sync_every=args.sync_every))
+                              group_layout=args.group_layout, sync_every=sync_every_arg(args)))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
     if args.out is not None and args.format == "torchrec":

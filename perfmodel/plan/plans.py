@@ -15,8 +15,8 @@ import numpy as np
 
 from ..config import ConfigError, read_file
 from ..files import write_new
-from ..hardware import System, replication_problem, sharding_group
-from ..schema import GROUP_LAYOUTS, MAX_SYNC_EVERY, PLAN
+from ..hardware import System, replication_problem, sharding_group, sync_every_problem
+from ..schema import GROUP_LAYOUTS, PLAN
 from ..workload import RankingModel
 from .limits import check_plan
 from .space import (ALLOWED_ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, compute_kernel,
@@ -113,10 +113,9 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
         why = replication_problem(system, plan.replicas, plan.group_layout)
         if why is not None:
             raise ConfigError(src, "group_layout" if plan.group_layout not in GROUP_LAYOUTS else "replicas", why)
-        k = plan.sync_every
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SYNC_EVERY:
-            raise ConfigError(src, "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,} (steps between the "
-                              f"replicas' synchronizations), got {k!r}")
+        why = sync_every_problem(plan.sync_every)
+        if why is not None:
+            raise ConfigError(src, "sync_every", why)
         if plan.replicas > 1:
             system, model = group_problem(system, model, plan)
     names = model.tables.names
@@ -192,11 +191,17 @@ def group_problem(system: System, model: RankingModel, plan) -> tuple[System, Ra
     """(system, model) of one sharding group of `plan` (a Plan, or PlanArrays: their replicas,
     group_layout and sync_every): the group's System (hardware.sharding_group) and the model at the
     group's share of the global batch. A 1D plan, or a system that already is a group: as given."""
-    R = plan.replicas
-    if R == 1 or system.replication is not None:
+    if plan.replicas == 1 or system.replication is not None:
         return system, model
-    group = sharding_group(system, R, plan.group_layout, plan.sync_every)
-    return group, dataclasses.replace(model, global_batch=model.global_batch / R)
+    return sharding_problem(system, model, plan.replicas, plan.group_layout, plan.sync_every)
+
+
+def sharding_problem(system: System, model: RankingModel, replicas: int, layout: str = "strided",
+                     sync_every: int = 1) -> tuple[System, RankingModel]:
+    """(the System of one of `replicas` sharding groups in `layout`, the model at its share of the
+    global batch): the problem a 2D plan's tables are planned and priced on."""
+    group = sharding_group(system, replicas, layout, sync_every)
+    return group, dataclasses.replace(model, global_batch=model.global_batch / replicas)
 
 
 def _choice(src, key, value, allowed):

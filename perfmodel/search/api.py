@@ -23,10 +23,10 @@ from ..config import ConfigError
 from ..constraints import as_constraints, model_constraints
 from ..cost.arrays import as_numpy
 from ..evaluate import Breakdown, _loaded, evaluate, resolve, step_model
-from ..hardware import System, replication_problem, sharding_group
-from ..schema import GROUP_LAYOUTS, MAX_SYNC_EVERY
+from ..hardware import System, replication_problem, sync_every_problem
+from ..schema import GROUP_LAYOUTS
 from ..plan import (NEG, PRECISIONS, SHARDING_TYPES, Plan, PlanArrays, from_arrays, make_masks, plan_arrays,
-                    plan_violations, resolve as resolve_limits, stack, validate_plan)
+                    plan_violations, resolve as resolve_limits, sharding_problem, stack, validate_plan)
 from ..workload import RankingModel
 from .codesign import co_design as run_co_design, knob_spec
 from .driver import Budget, run
@@ -206,8 +206,7 @@ def _screen(system, model, R: int, layout: str, sync_every: int, given) -> dict:
     """A quick price of replica count R: greedy's placement of one group (no settings search) priced
     in numpy (nothing compiles), with the touched rows' gradients synchronized every step and, where
     sync_every allows more, the weights every sync_every steps: {"step_s", "feasible", "sync_every"}."""
-    group = sharding_group(system, R, layout)
-    gmodel = dataclasses.replace(model, global_batch=model.global_batch / R)
+    group, gmodel = sharding_problem(system, model, R, layout)
     limits = resolve_limits(given, group, gmodel)
     masks = make_masks(group, gmodel, limits=limits) if limits is not None else None
     try:
@@ -216,7 +215,7 @@ def _screen(system, model, R: int, layout: str, sync_every: int, given) -> dict:
         return {"step_s": float("inf"), "feasible": False, "sync_every": 1}
     best = None
     for k in sorted({1, sync_every}):
-        g = sharding_group(system, R, layout, k)
+        g, _ = sharding_problem(system, model, R, layout, k)
         bd = step_model(as_numpy(g), as_numpy(gmodel), stack([plan_arrays(plan, g, gmodel)]), 0.0)[0]
         row = {"step_s": float(bd.step_s[0]), "feasible": bool(bd.feasible[0]), "sync_every": k}
         if best is None or (not row["feasible"], row["step_s"]) < (not best["feasible"], best["step_s"]):
@@ -271,21 +270,21 @@ def replica_counts(system: System, replicas, layout: str, sync_every, start, giv
         why = replication_problem(system, r, layout)
         if why is not None:
             raise ConfigError("", "group_layout" if layout not in GROUP_LAYOUTS else "replicas", why)
-    if isinstance(sync_every, bool) or not isinstance(sync_every, (int, np.integer)) or not 1 <= sync_every <= MAX_SYNC_EVERY:
-        raise ConfigError("", "sync_every", f"must be an integer from 1 to {MAX_SYNC_EVERY:,}, got {sync_every!r}")
+    why = sync_every_problem(sync_every)
+    if why is not None:
+        raise ConfigError("", "sync_every", why)
     return sorted(set(int(r) for r in counts))
 
 
 def _replicated(system, model, method, counts, layout, sync_every, given, progress, kw) -> SearchResult:
     """The fastest plan over replica counts `counts` (search's replicas): each count's group searched
-    as its own problem (hardware.sharding_group), the best kept; with more than SCREEN_AT counts, only
+    as its own problem (plan.sharding_problem), the best kept; with more than SCREEN_AT counts, only
     1 and the count whose greedy plan is fastest are searched in full."""
     budget = Budget(seconds=kw["budget_s"])
     given = dataclasses.replace(given, replicas=None, sync_every=None)     # a group's plan: its tables' constraints
 
     def one(R, how, bar, k=1):
-        group = sharding_group(system, R, layout, k)
-        gmodel = dataclasses.replace(model, global_batch=model.global_batch / R)
+        group, gmodel = sharding_problem(system, model, R, layout, k)
         limits = resolve_limits(given, group, gmodel)
         left = None if kw["budget_s"] is None else max(kw["budget_s"] - budget.elapsed(), 1e-3)
         on_round = lambda phase, b: bar.update(f"{R} replicas, {how}: {phase}", b)
