@@ -123,6 +123,7 @@ class Num:
     default: float | None = None
     required: bool = True
     unit: str = ""             # the key's unit, said with the bounds ("GB/s")
+    ranged: bool = False       # may carry an uncertainty, `<key>_range` (a model input, not structure)
 
     def allowed(self) -> str:
         lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
@@ -172,12 +173,15 @@ class Section:
     def num(self, spec: Num) -> float | None:
         if spec.key not in self.data and spec.default is not None:
             self._seen.add(spec.key)
+            self._range(spec, [spec.default])
             return spec.default * spec.scale          # defaults are trusted, not range-checked
         value = self._get(spec.key, spec.required, None, spec.allowed())
         if value is None:
             return None
         name = self.name(spec.key)
-        return self._scaled(check_number(value, spec, self.source, name), spec, name)
+        si = self._scaled(check_number(value, spec, self.source, name), spec, name)
+        self._range(spec, [float(value)])
+        return si
 
     def nums(self, spec: Num, length: int | None = None, *, most: int | None = None,
              per: str = "one per table") -> list[float] | None:
@@ -195,8 +199,17 @@ class Section:
         if most is not None and len(value) > most:
             raise self.error(spec.key, f"has {len(value):,} entries; at most {most:,}")
         name = self.name(spec.key)
-        return [self._scaled(check_number(v, spec, self.source, f"{name}[{i}]"), spec, f"{name}[{i}]")
-                for i, v in enumerate(value)]
+        out = [self._scaled(check_number(v, spec, self.source, f"{name}[{i}]"), spec, f"{name}[{i}]")
+               for i, v in enumerate(value)]
+        self._range(spec, [v / spec.scale for v in out])
+        return out
+
+    def _range(self, spec: Num, values: list[float]) -> None:
+        """Check the field's uncertainty, `<key>_range`, if the file gives one (parse_range)."""
+        key = spec.key + RANGE_SUFFIX
+        if key in self.data:
+            self._seen.add(key)
+            parse_range(self.data[key], spec, values, self.source, self.name(key))
 
     def text(self, key: str, choices: Iterable[str] | None = None, default: str | None = None) -> str:
         allowed = f"one of: {', '.join(choices)}" if choices is not None else "a string"
@@ -267,6 +280,59 @@ def check_number(value: Any, spec: Num, source: str, name: str) -> float:
     if low_bad or value > spec.hi:
         raise bad
     return float(value)
+
+
+# ------------------------------------------------------------------------------ uncertainty
+
+RANGE_SUFFIX = "_range"
+MAX_RELATIVE_RANGE = 99.0     # percent: a relative range keeps every value positive
+
+
+@dataclass(frozen=True)
+class Range:
+    """A field's stated uncertainty: `relative` (a half-width, a fraction of the value: "20%" is 0.2)
+    or an absolute [lo, hi] in the key's unit."""
+
+    lo: float
+    hi: float
+    relative: bool
+
+    def bounds(self, value: float) -> tuple[float, float]:
+        """[lo, hi] around `value`, in its unit."""
+        return (value * (1 - self.lo), value * (1 + self.hi)) if self.relative else (self.lo, self.hi)
+
+
+RANGE_ALLOWED = (f"\"N%\" (the value +- N percent, 0 <= N <= {MAX_RELATIVE_RANGE:g}) or [lo, hi] in the "
+                 "field's unit, lo <= the value <= hi (a list field takes only \"N%\")")
+
+
+def parse_range(raw: Any, spec: Num, values: list[float], source: str, name: str) -> Range:
+    """A `<key>_range` as a Range; ConfigError naming the file and field otherwise. `values`: the
+    field's value(s) in its unit (a list field has one per table)."""
+    if not spec.ranged:
+        raise ConfigError(source, name, f"{spec.key} is exact (a count or the structure of the file), so it "
+                          "takes no range; ranges go on the model's continuous inputs (bandwidths, latencies, "
+                          "efficiencies, ...)")
+    if isinstance(raw, str):
+        text = raw.strip().lstrip("±").removeprefix("+-").strip()
+        try:
+            pct = float(text.removesuffix("%")) if text.endswith("%") else math.nan
+        except ValueError:
+            pct = math.nan
+        if not 0 <= pct <= MAX_RELATIVE_RANGE:
+            raise ConfigError(source, name, f"must be {RANGE_ALLOWED}, got {shown(raw)}")
+        return Range(pct / 100, pct / 100, True)
+    ok = (isinstance(raw, list) and len(raw) == 2 and len(values) == 1
+          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in raw))
+    if not ok:
+        raise ConfigError(source, name, f"must be {RANGE_ALLOWED}, got {shown(raw)}")
+    lo, hi = float(raw[0]), float(raw[1])
+    if not lo <= values[0] <= hi:
+        raise ConfigError(source, name, f"[{lo:g}, {hi:g}] must hold the value {values[0]:g} (lo <= value <= hi)")
+    low_bad = lo <= spec.lo if spec.lo_open else lo < spec.lo
+    if low_bad or hi > spec.hi:
+        raise ConfigError(source, name, f"[{lo:g}, {hi:g}] must lie within what {spec.key} allows: {spec.allowed()}")
+    return Range(lo, hi, False)
 
 
 def fmt_bytes(b: float) -> str:

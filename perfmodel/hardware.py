@@ -141,6 +141,7 @@ class System:
     num_chips: int = static(default=1)
     chips_per_host: int = static(default=1)
     name: str = static(default="system")
+    files: tuple[str, ...] = static(default=())     # the system file and the chip file it was loaded from
     # set on a sharding group of a 2D plan (sharding_group): how the group sits in the whole system
     replication: "Replication | None" = None
 
@@ -648,7 +649,7 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
                for size, link, lname, lat, over, reduces in levels)
     return System(chip=chip, nic=nic, offload=off, levels=lv, host_power_W=_f(host_W),
                   host_usd_per_hour=_f(host_usd), num_chips=n, chips_per_host=min(per_host, n),
-                  name=f"{family}-{n}")
+                  name=f"{family}-{n}", files=(src, str(chip_path)))
 
 
 def _near(n: int, step: int, most: int) -> str:

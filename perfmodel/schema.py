@@ -59,13 +59,20 @@ class Field:
     def num(self, **kw) -> Num:
         """The spec config.Section reads the field with; kw: required / default / a tighter hi. A
         field with a numeric default takes it unless kw says otherwise."""
-        spec = dict(scale=self.scale, lo=self.lo, hi=self.hi, integer=self.integer, unit=self.unit)
+        spec = dict(scale=self.scale, lo=self.lo, hi=self.hi, integer=self.integer, unit=self.unit,
+                    ranged=self.ranged)
         if isinstance(self.default, float) and "default" not in kw and "required" not in kw:
             spec.update(required=False, default=self.default)
         return Num(self.key, **{**spec, **kw})
 
     def allowed(self) -> str:
         return self.num().allowed()
+
+    @property
+    def ranged(self) -> bool:
+        """Whether the field may carry an uncertainty (`<key>_range`): a continuous input of the model;
+        counts and the file's structure are exact."""
+        return self.leaf is not None and not self.integer
 
 
 def _fields(*rows) -> dict[str, Field]:

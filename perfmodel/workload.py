@@ -94,6 +94,7 @@ class RankingModel:
     dense_opt_values: jax.Array      # optimizer state values per dense parameter
     dense_dtype: str = static(default="bf16")
     name: str = static(default="model")
+    file: str = static(default="")        # the file it was loaded from ("" when built otherwise)
 
 
 # ------------------------------------------------------------------------------ layer lowering
@@ -169,7 +170,7 @@ def parse_model(data: dict, src: str) -> RankingModel:
     f = lambda x: jnp.asarray(x, jnp.float32)
     return RankingModel(tables=tables, dense=dense, global_batch=f(batch), param_bytes=f(pbytes),
                         activation_bytes=f(abytes), dense_opt_values=f(DENSE_OPTIMIZERS[dopt]),
-                        dense_dtype=dtype, name=name)
+                        dense_dtype=dtype, name=name, file=src)
 
 
 def _synthetic(s: Section, src: str) -> dict:

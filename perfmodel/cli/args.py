@@ -46,6 +46,29 @@ def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
 
 
+def add_uncertainty(p: argparse.ArgumentParser, what: str = "the figures") -> None:
+    """--uncertainty [N], --uncertainty-seed, --no-model-error: answers with error bars."""
+    from ..uncertainty import DEFAULT_DRAWS, MAX_DRAWS
+    p.add_argument("--uncertainty", type=int, nargs="?", const=DEFAULT_DRAWS, metavar="N",
+                   help=f"also give {what} as p10 / p50 / p90 over N draws (default {DEFAULT_DRAWS:,}, at most "
+                        f"{MAX_DRAWS:,}) of every uncertain input of the files (each number's stated range, else one "
+                        "by its provenance: docs/configuration.md) and the model's own error from validation")
+    p.add_argument("--uncertainty-seed", type=int, default=0, metavar="S", help="seed of the draws (default 0)")
+    p.add_argument("--no-model-error", action="store_true",
+                   help="with --uncertainty: the inputs' spread alone, without the model's own error")
+
+
+def uncertainty_of(args) -> dict | None:
+    """propagate's keyword arguments from --uncertainty (None without it); a bad N or seed is a
+    ConfigError naming the flag."""
+    if getattr(args, "uncertainty", None) is None:
+        return None
+    from ..uncertainty.propagate import NO_MODEL_ERROR, check_draws, check_seed
+    return {"draws": check_draws(args.uncertainty, "--uncertainty"),
+            "seed": check_seed(args.uncertainty_seed, "--uncertainty-seed"),
+            "model_error": NO_MODEL_ERROR if args.no_model_error else None}
+
+
 # ------------------------------------------------------------------------------------------ the system
 
 CHIPS_HELP = ("the system at N chips (its last scale-up domain may be partial: 40 = racks of 16, 16 and 8), in place "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from . import io
-from .args import add_chips, add_json, load_system_arg
+from .args import add_chips, add_json, add_uncertainty, load_system_arg, uncertainty_of
 
 
 def register(sub) -> None:
@@ -31,6 +31,7 @@ def register(sub) -> None:
     ev.add_argument("--per-device", action="store_true", help="with --json: include per-device arrays")
     ev.add_argument("--guard", metavar="FILE", help="also give the plan's value in a second cost model (per-shard "
                     "costs summed per device, as `search --guard` reads them, e.g. TorchRec's estimate) and its cap")
+    add_uncertainty(ev, "the step, throughput, cost and energy")
     add_json(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
@@ -41,6 +42,7 @@ def _cmd_evaluate(args) -> int:
 
     system = load_system_arg(args)
     model = load_model(args.model)
+    drawn = uncertainty_of(args)           # a bad --uncertainty before any search
     guard = None
     if args.guard is not None:
         from ..search.guard import load_shard_costs
@@ -54,11 +56,18 @@ def _cmd_evaluate(args) -> int:
         io.save_plan(plan, args.save_plan)
     value = guard.value(plan, system, model) if guard is not None else None
     met = guard is not None and guard.within(value)
+    res = None
+    if drawn is not None:
+        from ..uncertainty.propagate import propagate
+        res = propagate([system], [model], [plan], progress="uncertainty", **drawn)[0]
     if args.json:
         out = {"system": system.name, "model": model.name, "plan": plan.to_dict(), **to_dict(bd, args.per_device)}
         if guard is not None:
             out["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
         out["constraint_violations"] = [{"field": f, "message": m} for f, m in broken]
+        if res is not None:
+            from ..uncertainty.report import to_dict as uncertainty_dict
+            out["uncertainty"] = uncertainty_dict(res)
         print(json.dumps(out, indent=2))
     else:
         print(format_breakdown(bd, f"{model.name} on {system.name} ({system.num_chips} x {system.chip.name}), plan: {src}"))
@@ -67,6 +76,10 @@ def _cmd_evaluate(args) -> int:
             print(guard_line(guard.name, args.guard, value, float(guard.cap), met))
         for f, m in broken:
             print(f"constraint broken: {f} {m}")
+        if res is not None:
+            from ..uncertainty.report import lines
+            print()
+            print("\n".join(lines(res)))
     return 0
 
 

@@ -1,0 +1,290 @@
+"""Propagation: N draws of the uncertain inputs (a Latin hypercube, seeded), evaluated in one
+vectorized call at the plan each point uses, and the model's own error from validation on top.
+
+    res = pm.uncertainty("mtia300-64", "dlrm-dcnv2-mlperf", plan, draws=1000)
+    res.p10, res.p50, res.p90          # step in seconds
+    res.samples                        # the N steps, inputs and model error drawn
+
+The model's own error. Validation (validate/steps.py) scores the model at each measured run's own
+plan; its log errors ln(measured / modelled) have a mean (the model's bias) and a spread. Part of
+that spread is the inputs' own (the presets' assumed values are as uncertain there as anywhere), so
+the error added here is what is left: sigma^2 = residual sigma^2 - the mean input variance at the
+same rows (model_error.json, written by `perfmodel uncertainty --fit-model-error`; a test
+recomputes it). A draw's step is the modelled step x exp(eps), eps ~ Normal(mean, sigma), one eps
+per system: the validation shows the error differs system by system (one system's runs all a few
+percent slow, another's too fast), so two systems' errors are drawn apart and one system's plans
+and variants share theirs. The error applies to the figures that scale with the step (step,
+samples/s, cost and energy per sample); memory and its feasibility carry the inputs' spread only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..cache import jit
+from ..config import DATA_DIR, ConfigError
+from ..evaluate import evaluate, resolve
+from ..hardware import System
+from ..plan import Plan, PlanArrays, to_arrays, validate_plan
+from ..workload import RankingModel
+from .inputs import Input, as_applied, inputs_of, leaf_spec
+
+from . import DEFAULT_DRAWS, MAX_DRAWS
+
+QUANTILES = (0.1, 0.5, 0.9)
+MODEL_ERROR_FILE = DATA_DIR / "measurements" / "steps" / "model_error.json"
+# figures the model's error scales: step-like (x exp(eps)) and rate-like (/ exp(eps))
+STEP_LIKE = ("step_s", "usd_per_million_samples", "joules_per_sample", "exposed_comm_s")
+RATE_LIKE = ("samples_per_s",)
+
+
+def check_draws(draws, field_name: str = "uncertainty") -> int:
+    """`draws` as an int in [2, MAX_DRAWS]; ConfigError naming `field_name` otherwise."""
+    ok = isinstance(draws, (int, np.integer)) and not isinstance(draws, bool)
+    if not ok or not 2 <= int(draws) <= MAX_DRAWS:
+        raise ConfigError("", field_name, f"must be a number of draws from 2 to {MAX_DRAWS:,}, got {draws!r}")
+    return int(draws)
+
+
+def check_seed(seed, field_name: str = "seed") -> int:
+    ok = isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and 0 <= int(seed) < 2**63
+    if not ok:
+        raise ConfigError("", field_name, f"must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
+# ------------------------------------------------------------------------------- the model's error
+
+@dataclass(frozen=True)
+class ModelError:
+    """The model's own error at the runs' plans, on the log scale: ln(measured / modelled)."""
+
+    mean: float              # the bias: > 0 where the model runs fast
+    sigma: float             # the spread beyond the inputs' (what a draw adds)
+    residual_sigma: float    # the spread of the validation's log errors
+    input_sigma: float       # the inputs' spread at the same rows (rms over rows)
+    rows: int
+
+    def eps(self, u: np.ndarray) -> np.ndarray:
+        """Log errors at uniform quantiles `u` (0 < u < 1)."""
+        from scipy.stats import norm
+        return self.mean + self.sigma * norm.ppf(u)
+
+    def as_dict(self) -> dict:
+        return {"mean": self.mean, "sigma": self.sigma, "residual_sigma": self.residual_sigma,
+                "input_sigma": self.input_sigma, "rows": self.rows}
+
+
+NO_MODEL_ERROR = ModelError(0.0, 0.0, 0.0, 0.0, 0)
+
+
+def load_model_error(path: str | Path | None = None) -> ModelError:
+    """The stored model error (MODEL_ERROR_FILE)."""
+    p = Path(path) if path is not None else MODEL_ERROR_FILE
+    try:
+        d = json.loads(p.read_text())
+        return ModelError(*(float(d[k]) for k in ("mean", "sigma", "residual_sigma", "input_sigma")), int(d["rows"]))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(str(p), "", f"is not a model-error file ({err}); `perfmodel uncertainty "
+                          "--fit-model-error` writes it") from None
+
+
+# --------------------------------------------------------------------------------------- the design
+
+def design(n: int, d: int, seed: int) -> np.ndarray:
+    """n points of a scrambled Latin hypercube in [0, 1)^d (scipy.stats.qmc), from `seed`: each
+    input's n draws cover its range in n equal strata, whatever the other inputs do."""
+    from scipy.stats import qmc
+    if d == 0:
+        return np.zeros((n, 0))
+    return qmc.LatinHypercube(d=d, rng=np.random.default_rng(seed)).random(n)
+
+
+def values_of(inputs: list[Input], u: np.ndarray) -> np.ndarray:
+    """Uniform quantiles [N, d] -> the inputs' values in SI (a factor for a list field)."""
+    lo = np.asarray([i.si_bounds[0] for i in inputs], np.float64)
+    hi = np.asarray([i.si_bounds[1] for i in inputs], np.float64)
+    return lo + u * (hi - lo)
+
+
+# ------------------------------------------------------------------------------------- evaluation
+
+def _set(flat: list, spec, v):
+    leaves = list(flat)
+    for j, (k, factor) in enumerate(spec):
+        x = leaves[k]
+        leaves[k] = x * v[j] if factor else jnp.broadcast_to(v[j], jnp.shape(x)).astype(jnp.result_type(x))
+    return leaves
+
+
+def _program(system, model, plan, values, spec):
+    from ..analysis.sweep import summarize
+    flat, tree = jax.tree_util.tree_flatten((system, model))
+
+    def one(v):
+        s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, v))
+        return summarize(evaluate(s, m, plan), s)
+    return jax.vmap(one)(values)
+
+
+_run = jit(_program, static_argnames=("spec",))
+CHUNK = 1024        # draws per vectorized call: one compile serves every N (padded to a chunk)
+
+
+def evaluate_draws(system: System, model: RankingModel, plan: PlanArrays, inputs: list[Input],
+                   values: np.ndarray, progress: str | None = None) -> dict[str, np.ndarray]:
+    """The sweep's summary figures (analysis.sweep.summarize, SI) at each row of `values` [N, d]."""
+    spec = leaf_spec(inputs, system, model)
+    applied = as_applied(inputs, values)
+    N = values.shape[0]
+    size = min(CHUNK, max(16, 1 << max(N - 1, 0).bit_length()))    # few distinct shapes: few compiles
+    outs = []
+    from ..analysis.executors import announced_bar
+    chunks = -(-N // size)
+    line = (f"{progress}: {N:,} draws in {chunks} vectorized call{'s' * (chunks > 1)} of {size:,} (the first compiles)"
+            if progress else None)
+    with announced_bar(line, N, "draw", unit_scale=True) as bar:
+        for lo in range(0, N, size):
+            hi = min(lo + size, N)
+            idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), hi - 1)])
+            out = _run(system, model, plan, jnp.asarray(applied[idx], jnp.float32), spec)
+            outs.append({k: np.asarray(x, np.float64)[: hi - lo] for k, x in out.items()})
+            bar.update(hi - lo)
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+
+
+def with_model_error(figures: dict[str, np.ndarray], eps: np.ndarray) -> dict[str, np.ndarray]:
+    """The figures with the model's log error `eps` [N] applied (module docstring)."""
+    out = dict(figures)
+    for k in STEP_LIKE:
+        if k in out:
+            out[k] = out[k] * np.exp(eps)
+    for k in RATE_LIKE:
+        if k in out:
+            out[k] = out[k] / np.exp(eps)
+    return out
+
+
+# ------------------------------------------------------------------------------------- the result
+
+def quantiles(x: np.ndarray) -> dict[str, float]:
+    """{"p10", "p50", "p90"} of the finite values of x (NaN where none is)."""
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {f"p{round(q * 100)}": math.nan for q in QUANTILES}
+    return {f"p{round(q * 100)}": float(v) for q, v in zip(QUANTILES, np.quantile(x, QUANTILES))}
+
+
+@dataclass
+class Uncertain:
+    """One answer with its spread: the nominal figures (the files' values, no model error) and the
+    N drawn ones (inputs drawn, the model's error applied), in SI."""
+
+    nominal: dict[str, float]
+    samples: dict[str, np.ndarray]          # figure -> [N]
+    inputs: list[Input]
+    model_error: ModelError
+    u: np.ndarray                           # [N, d] the design's quantiles of the inputs
+    eps: np.ndarray                         # [N] the model's drawn log error
+    seed: int = 0
+    plan: Plan | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def draws(self) -> int:
+        return len(self.eps)
+
+    def quantiles(self, figure: str = "step_s") -> dict[str, float]:
+        return quantiles(self.samples[figure])
+
+    @property
+    def p10(self) -> float:
+        return self.quantiles()["p10"]
+
+    @property
+    def p50(self) -> float:
+        return self.quantiles()["p50"]
+
+    @property
+    def p90(self) -> float:
+        return self.quantiles()["p90"]
+
+    def feasible_share(self) -> float:
+        f = self.samples.get("feasible")
+        return float(np.mean(f > 0.5)) if f is not None else math.nan
+
+
+def _plan_arrays(system, model, plan) -> tuple[PlanArrays, Plan | None]:
+    if isinstance(plan, Plan):
+        validate_plan(plan, system, model)
+        return to_arrays(plan, system, model), plan
+    return plan, None
+
+
+def columns_for(inputs_per_system: list[list[Input]]) -> tuple[list[Input], list[list[int]]]:
+    """The union of several systems' inputs, by name (shared files share draws), and each system's
+    columns in it."""
+    union: dict[str, int] = {}
+    allin: list[Input] = []
+    cols = []
+    for ins in inputs_per_system:
+        c = []
+        for i in ins:
+            if i.name not in union:
+                union[i.name] = len(allin)
+                allin.append(i)
+            c.append(union[i.name])
+        cols.append(c)
+    return allin, cols
+
+
+def propagate(systems: list[System], models: list[RankingModel], plans: list, draws: int = DEFAULT_DRAWS,
+              seed: int = 0, model_error: ModelError | None = None, error_groups: list[int] | None = None,
+              progress: str | None = None) -> list[Uncertain]:
+    """Each (system, model, plan) evaluated at the same N draws: the inputs of every file drawn once
+    (shared by name), the model's error drawn once per error group (default: one per distinct
+    system name), so the answers can be compared draw by draw."""
+    draws, seed = check_draws(draws), check_seed(seed)
+    me = load_model_error() if model_error is None else model_error
+    per = [inputs_of(s, m) for s, m in zip(systems, models)]
+    allin, cols = columns_for(per)
+    if error_groups is None:
+        names: dict[str, int] = {}
+        error_groups = [names.setdefault(s.name, len(names)) for s in systems]
+    groups = max(error_groups) + 1 if error_groups else 0
+    u = design(draws, len(allin) + groups, seed)
+    u_in, u_err = u[:, :len(allin)], u[:, len(allin):]
+    eps_all = me.eps(u_err) if groups else np.zeros((draws, 0))
+    vals = values_of(allin, u_in)
+    out = []
+    for k, (s, m, p) in enumerate(zip(systems, models, plans)):
+        pa, plan = _plan_arrays(s, m, p)
+        ins = [allin[c] for c in cols[k]]
+        figs = evaluate_draws(s, m, pa, ins, vals[:, cols[k]], progress=progress)
+        bd = evaluate(s, m, pa)
+        from ..analysis.sweep import summarize
+        nom = {key: float(v) for key, v in summarize(bd, s).items()}
+        eps = eps_all[:, error_groups[k]]
+        out.append(Uncertain(nom, with_model_error(figs, eps), ins, me, u_in[:, cols[k]], eps, seed, plan))
+    return out
+
+
+def uncertainty(system, model, plan, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                model_error: bool | ModelError = True, progress: str | None = None) -> Uncertain:
+    """The step (and every summary figure) of `plan` on `system` for `model`, drawn `draws` times
+    over the files' uncertain inputs, with the model's own error (model_error=False: the inputs'
+    spread alone). `system`, `model`: objects, preset names or paths; `plan`: a Plan, PlanArrays or
+    a plan file."""
+    system, model, plan = resolve(system, model, plan)
+    if plan is None:
+        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
+    me = (None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error)
+    return propagate([system], [model], [plan], draws, seed, me, progress=progress)[0]
