@@ -327,6 +327,8 @@ def parse_range(raw: Any, spec: Num, values: list[float], source: str, name: str
     if not ok:
         raise ConfigError(source, name, f"must be {RANGE_ALLOWED}, got {shown(raw)}")
     lo, hi = float(raw[0]), float(raw[1])
+    if lo > hi:
+        raise ConfigError(source, name, f"[{lo:g}, {hi:g}] has lo > hi; give [lo, hi] with lo <= hi")
     if not lo <= values[0] <= hi:
         raise ConfigError(source, name, f"[{lo:g}, {hi:g}] must hold the value {values[0]:g} (lo <= value <= hi)")
     low_bad = lo <= spec.lo if spec.lo_open else lo < spec.lo

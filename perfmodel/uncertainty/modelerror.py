@@ -4,9 +4,11 @@ it gives are calibrated (the measured step inside the 80 % interval in about 80 
     perfmodel uncertainty --fit-model-error     # rewrites data/measurements/steps/model_error.json
 
 Each validation row (data/measurements/steps/results.json, written by `perfmodel validate`) holds
-the measured step and the model's step at the run's own plan, blind (the presets as they are).
-The log errors' mean is the model's bias; their variance, less the mean variance the inputs' ranges
-give at the same rows (the inputs drawn at each row's plan), is the spread the model adds on its own.
+the measured step and the run's own plan. At each row the inputs are drawn as every answer draws
+them; the log error of a row is ln(measured) - the mean of the drawn ln(step) (the center of what the
+model says before its own error, which a range that is not centered on the file's value moves). The
+errors' mean is the model's bias; their variance, less the mean variance the inputs give at the
+same rows, is the spread the model adds on its own.
 """
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ def row_spreads(rows: list[dict], draws: int = FIT_DRAWS, seed: int = 0, log=lam
         out.append({"system": r["system"], "global_batch": r["global_batch"], "measured_ms": r["measured_ms"],
                     "run_plan_ms": res.nominal["step_s"] * 1e3, "stored_run_plan_ms": r["run_plan_ms"],
                     "log_error": math.log(r["measured_ms"] / (res.nominal["step_s"] * 1e3)),
+                    "centered_log_error": math.log(r["measured_ms"] * 1e-3) - float(np.mean(logs)),
                     "input_log_sd": float(np.std(logs, ddof=1)), "log_samples": logs})
     return out
 
 
 def fit(spreads: list[dict]) -> ModelError:
     """The model error from row_spreads (module docstring)."""
-    e = np.asarray([r["log_error"] for r in spreads])
+    e = np.asarray([r["centered_log_error"] for r in spreads])
     s_in = np.asarray([r["input_log_sd"] for r in spreads])
     n = len(e)
     resid = float(np.std(e, ddof=1)) if n > 1 else 0.0
@@ -87,13 +90,25 @@ def coverage(spreads: list[dict], me: ModelError, seed: int = 0, level: float = 
     return out
 
 
+def loso_coverage(spreads: list[dict], seed: int = 0, level: float = 0.8) -> list[bool]:
+    """coverage() with each system's rows judged by the model error fitted on the other systems' rows
+    (leave one system out): how the intervals fare on a machine the error was not fitted on."""
+    out = [False] * len(spreads)
+    for name in dict.fromkeys(r["system"] for r in spreads):
+        held = [k for k, r in enumerate(spreads) if r["system"] == name]
+        me = fit([r for r in spreads if r["system"] != name])
+        for k, ok in zip(held, coverage([spreads[k] for k in held], me, seed, level)):
+            out[k] = ok
+    return out
+
+
 def write(me: ModelError, spreads: list[dict], path: str | Path | None = None) -> Path:
     p = Path(path) if path is not None else MODEL_ERROR_FILE
     doc = {**me.as_dict(),
-           "about": "The model's own error at the measured runs' own plans, ln(measured / modelled): mean "
-                    "(bias), residual_sigma (spread), input_sigma (rms spread the inputs' ranges give at the "
-                    "same rows), sigma = sqrt(residual_sigma^2 - input_sigma^2) (what an answer adds). Written "
-                    "by `perfmodel uncertainty --fit-model-error` from results.json.",
+           "about": "The model's own error at the measured runs' own plans, ln(measured) - the mean ln(step) "
+                    "over the inputs' draws: mean (bias), residual_sigma (spread), input_sigma (rms spread the "
+                    "inputs' ranges give at the same rows), sigma = sqrt(residual_sigma^2 - input_sigma^2) (what "
+                    "an answer adds). Written by `perfmodel uncertainty --fit-model-error` from results.json.",
            "per_row": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items() if k != "log_samples"}
                        for r in spreads]}
     p.write_text(json.dumps(doc, indent=1) + "\n")
