@@ -117,6 +117,9 @@ class Attribution:
     steps_s: dict                               # {frozenset of factors switched on: step time}
     reference_step_s: float
     shares_s: dict = field(default_factory=dict)    # {factor: step time it saves (Shapley)}
+    # what was evaluated, for a study that re-evaluates it (uncertainty.attribution_draws):
+    # ((factors on, system, model, plan) of every combination, (reference, model, its plan))
+    problems: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def system_step_s(self) -> float:
@@ -212,6 +215,7 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     ref_step = float(evaluate(reference, model, ref_plan).step_s)
     worth = {S: -t for S, t in steps_s.items()}          # a factor's worth: the step time it saves
     shares = shapley(worth, names)
+    problems = (tuple((S, s, m, p) for (S, _), (s, m), p in zip(combos, points, found)), (reference, model, ref_plan))
     return Attribution(system.name, reference.name, model.name, make.label,
                        {f: {k: float(v) for k, v in kv.items()} for f, kv in factors.items()},
-                       {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares)
+                       {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares, problems)

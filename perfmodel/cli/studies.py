@@ -1,13 +1,17 @@
 """The studies of `perfmodel` that answer with the plan each machine wants: sensitivity (elasticities
-of the optimized step, with re-searched finite differences) and compare (systems side by side, each
-with its own plan, and the attribution of the gap between two of them)."""
+of the optimized step, with re-searched finite differences), compare (systems side by side, each
+with its own plan, and the attribution of the gap between two of them) and uncertainty (what each
+uncertain input does to an answer's spread, and the model's own error refitted)."""
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 
 from ..config import ConfigError
-from .args import add_planning, add_problem, executors_of, load_system_arg, planner_of
+from .args import (add_chips, add_planning, add_problem, add_uncertainty, executors_of, load_system_arg, planner_of,
+                   uncertainty_of)
 
 
 # ------------------------------------------------------------------------------------------ sensitivity
@@ -59,6 +63,7 @@ def _cmd_compare(args) -> int:
     model = load_model(args.model)
     make = planner_of(args)
     where = executors_of(args)
+    drawn = uncertainty_of(args)           # a bad --uncertainty before any search
     systems = distinct([load_system(n) for n in names], "--systems")
     plans = dict(zip((s.name for s in systems), planning.plans(make, [(s, model) for s in systems], **where)))
     table = compare(systems, model, plan=make, breakdowns={s.name: evaluate(s, model, plans[s.name]) for s in systems})
@@ -69,6 +74,13 @@ def _cmd_compare(args) -> int:
         slow, fast = sorted(systems, key=lambda s: -steps[s.name])
         att = attribute(slow, fast, model, plan=make, system_plan=plans[slow.name], reference_plan=plans[fast.name],
                         **where)        # the two systems' plans are the ones just made
+    res = shares = None
+    if drawn is not None:
+        from ..uncertainty.propagate import attribution_draws, propagate
+        res = propagate(systems, [model] * len(systems), [plans[s.name] for s in systems], progress="uncertainty",
+                        **drawn)
+        if att is not None:
+            shares = attribution_draws(att, drawn["draws"], drawn["seed"])
     if args.json:
         out = {"model": model.name, "plan": make.label,
                "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
@@ -76,6 +88,11 @@ def _cmd_compare(args) -> int:
                "plans": {k: p.to_dict() for k, p in plans.items()}}
         if att is not None:
             out["attribution"] = att.to_dict()
+        if res is not None:
+            from ..uncertainty.report import compare_dict, shares_dict
+            out["uncertainty"] = compare_dict([s.name for s in systems], res)
+            if shares is not None:
+                out["attribution"]["uncertainty"] = shares_dict(shares)
         print(json.dumps(out, indent=1))
         return 0
     title = f"{model.name}, each system with its own plan: {make.label}"
@@ -90,9 +107,75 @@ def _cmd_compare(args) -> int:
         lines.append(f"{c['system'][i]:<{width}} {int(c['chips'][i]):>5} {int(c['replicas'][i]):>8}  " + "  ".join(cells)
                      + f"  {'yes' if c['feasible'][i] else 'NO'}")
     print("\n".join(lines))
+    if res is not None:
+        from ..uncertainty.report import compare_lines
+        print()
+        print("\n".join(compare_lines([s.name for s in systems], res)))
     if att is not None:
         print()
         print(att.format())
+        if shares is not None:
+            from ..uncertainty.report import shares_lines
+            print("\n".join(shares_lines(shares)))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ uncertainty
+
+def _cmd_uncertainty(args) -> int:
+    from ..uncertainty import modelerror as ME
+    if args.fit_model_error:
+        from ..uncertainty.decompose import check_base
+        n = check_base(args.draws, "--draws")
+        log = (lambda m: None) if args.json or args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+        rows = ME.validation_rows()
+        log(f"model error: the inputs' spread at the {len(rows)} validation runs' own plans, {n} draws each")
+        spreads = ME.row_spreads(rows, n, args.uncertainty_seed, log=log)
+        me = ME.fit(spreads)
+        inside = ME.coverage(spreads, me, args.uncertainty_seed)
+        loso = ME.loso_coverage(spreads, args.uncertainty_seed)
+        path = ME.write(me, spreads)
+        if args.json:
+            print(json.dumps({**me.as_dict(), "file": str(path), "inside_80": sum(inside),
+                              "inside_80_leave_one_system_out": sum(loso)}, indent=1))
+        else:
+            print(f"wrote {path}: bias {100 * math.expm1(me.mean):+.1f} %, residual spread {100 * me.residual_sigma:.1f} % "
+                  f"(log), the inputs' {100 * me.input_sigma:.1f} %, the model's own {100 * me.sigma:.1f} %; the measured "
+                  f"step inside the 80 % interval in {sum(inside)} of {len(inside)} runs ({sum(loso)} with the error "
+                  "fitted on the other systems' runs)")
+        return 0
+    if args.system is None or args.model is None:
+        raise ConfigError("", "--system" if args.system is None else "--model",
+                          "is required (or --fit-model-error, which takes neither)")
+    from .. import load_model
+    from ..analysis import planning
+    from ..uncertainty.decompose import check_base, format_sources, sources
+    from ..uncertainty.inputs import inputs_of
+    n = check_base(args.draws, "--draws")
+    system = load_system_arg(args)
+    model = load_model(args.model)
+    if args.inputs:
+        ins = inputs_of(system, model)
+        if args.json:
+            print(json.dumps([dict(i.__dict__) for i in ins], indent=1))
+            return 0
+        w = max([len("input"), *(len(i.name) for i in ins)])
+        print(f"{'input':<{w}}  {'value':>10}  {'range':<26} provenance")
+        for i in ins:
+            v = "x1" if i.factor else f"{i.value:.4g}"
+            print(f"{i.name:<{w}}  {v:>10}  {f'{i.lo:.4g} .. {i.hi:.4g} {i.unit}'.strip():<26} {i.provenance}")
+        return 0
+    make = planner_of(args)
+    plan = planning.plans(make, [(system, model)])[0]
+    rows = sources(system, model, plan, args.figure, n, args.uncertainty_seed, model_error=not args.no_model_error,
+                   progress=None if args.json else "uncertainty")
+    if args.json:
+        print(json.dumps({"system": system.name, "model": model.name, "plan": make.label, "figure": args.figure,
+                          "draws": n, "seed": args.uncertainty_seed, "sources": [r.to_dict() for r in rows]}, indent=1))
+        return 0
+    title = (f"{model.name} on {system.name}, plan: {make.label}: what the spread of {args.figure} comes from "
+             f"({n} base draws)")
+    print(format_sources(rows, title, None if args.top == 0 else args.top))
     return 0
 
 
@@ -128,5 +211,32 @@ def register(sub) -> None:
     co.add_argument("--model", required=True, help="model preset or TOML path")
     add_planning(co, executors=True)
     co.add_argument("--attribute", action="store_true", help="attribute the gap between the two systems")
+    add_uncertainty(co, "each system's step, the step ratio of the first system to each other, the probability that "
+                        "the first is faster, and with --attribute each share's interval")
     co.add_argument("--json", action="store_true", help="print the table, the plans (and the attribution) as JSON")
     co.set_defaults(func=_cmd_compare)
+
+    un = sub.add_parser(
+        "uncertainty", help="what to measure next: each uncertain input's share of a figure's spread",
+        description="A variance decomposition of log(FIGURE) of MODEL on SYSTEM at its plan (Sobol' indices, "
+                    "scipy.stats.sobol_indices): every uncertain number of the system's files (its stated range, else "
+                    "one by its provenance: docs/configuration.md) and the model's own error from validation, ranked by "
+                    "their share. --inputs lists the inputs and their ranges; --fit-model-error refits the model's own "
+                    "error from the step validation's results (data/measurements/steps/model_error.json).")
+    un.add_argument("--system", help="system preset or TOML path")
+    add_chips(un)
+    un.add_argument("--model", help="model preset or TOML path")
+    un.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML")
+    add_planning(un)
+    un.add_argument("--figure", default="step_s", choices=("step_s", "samples_per_s", "usd_per_million_samples",
+                                                           "joules_per_sample"), help="the figure (default step_s)")
+    un.add_argument("--draws", type=int, default=256, help="base draws, a power of two (default 256; the decomposition "
+                                                            "evaluates draws x (inputs + 2) points)")
+    un.add_argument("--uncertainty-seed", type=int, default=0, metavar="S", help="seed of the draws (default 0)")
+    un.add_argument("--no-model-error", action="store_true", help="the inputs alone, without the model's own error")
+    un.add_argument("--top", type=int, default=15, help="rows to print (0: all; default 15)")
+    un.add_argument("--inputs", action="store_true", help="list the uncertain inputs and their ranges, and stop")
+    un.add_argument("--fit-model-error", action="store_true", help="refit the model's own error from the step "
+                    "validation (several seconds per run) and rewrite model_error.json")
+    un.add_argument("--json", action="store_true", help="print the rows as JSON")
+    un.set_defaults(func=_cmd_uncertainty)

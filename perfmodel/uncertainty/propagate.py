@@ -288,3 +288,44 @@ def uncertainty(system, model, plan, draws: int = DEFAULT_DRAWS, seed: int = 0,
         raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
     me = (None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error)
     return propagate([system], [model], [plan], draws, seed, me, progress=progress)[0]
+
+
+# ------------------------------------------------------------------------------------ attribution
+
+@dataclass
+class SharesDrawn:
+    """An attribution's figures at each draw (seconds, [N] each): every combination's step, the
+    reference's, each factor's Shapley share and what the factors leave."""
+
+    steps: dict                 # frozenset of factors on -> [N]
+    reference: np.ndarray
+    shares: dict                # factor -> [N]
+    rest: np.ndarray
+    gap: np.ndarray
+    draws: int
+    seed: int
+    inputs: int
+
+
+def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0) -> SharesDrawn:
+    """The Shapley shares of an Attribution (analysis.attribution.attribute) at each of N draws of
+    the inputs, every combination at the plan it was given: the combinations are variants of the
+    system, so they share its inputs (a moved leaf keeps its own value, moved by the draw's factor:
+    inputs.leaf_spec), and the reference draws its own. The model's own error is left out: the
+    validation scores whole steps of built machines, and says nothing of the difference between a
+    machine and a variant of it; the shares' intervals are the inputs' alone."""
+    from ..analysis.attribution import shapley
+    if not att.problems:
+        raise ConfigError("", "attribution", "holds no evaluated combinations (made by attribute())")
+    combos, (ref, ref_model, ref_plan) = att.problems
+    systems = [s for _, s, _, _ in combos] + [ref]
+    models = [m for _, _, m, _ in combos] + [ref_model]
+    plans = [p for *_, p in combos] + [ref_plan]
+    res = propagate(systems, models, plans, draws, seed, NO_MODEL_ERROR, error_groups=[0] * len(systems),
+                    progress="uncertainty")
+    steps = {S: r.samples["step_s"] for (S, *_), r in zip(combos, res[:-1])}
+    shares = shapley({S: -t for S, t in steps.items()}, list(att.factors))
+    ref_t = res[-1].samples["step_s"]
+    everything = frozenset(att.factors)
+    return SharesDrawn(steps, ref_t, shares, steps[everything] - ref_t, steps[frozenset()] - ref_t,
+                       res[0].draws, seed, len({i.name for r in res for i in r.inputs}))

@@ -74,3 +74,54 @@ def ratio(a: Uncertain, b: Uncertain, figure: str = "step_s") -> dict:
     ok = np.isfinite(r)
     out["prob_faster"] = float(np.mean(r[ok] < 1.0)) if ok.any() else math.nan
     return out
+
+
+def compare_dict(names: list[str], res: list[Uncertain]) -> dict:
+    """compare's --uncertainty: each system's step interval, and the first system against each other:
+    the other's step over the first's (interval) and the probability that the first is faster."""
+    out = {**about(res[0]), "inputs": len({i.name for r in res for i in r.inputs}),
+           "systems": {n: {f: interval(r.samples[f], r.nominal.get(f)) for f in ("step_s", "samples_per_s")}
+                       for n, r in zip(names, res)},
+           "versus": []}
+    for n, r in zip(names[1:], res[1:]):
+        q = ratio(r, res[0])
+        prob = q.pop("prob_faster")
+        out["versus"].append({"system": names[0], "other": n, "step_ratio": q, "prob_faster": 1.0 - prob
+                              if math.isfinite(prob) else prob})
+    return out
+
+
+def compare_lines(names: list[str], res: list[Uncertain]) -> list[str]:
+    d = compare_dict(names, res)
+    width = max(len("system"), *map(len, names))
+    out = [header(res[0]).replace(f"of {len(res[0].inputs)} uncertain", f"of {d['inputs']} uncertain"),
+           f"  {'system':<{width}} {'step ms p10':>12} {'p50':>8} {'p90':>8}"]
+    for n in names:
+        q = d["systems"][n]["step_s"]
+        out.append(f"  {n:<{width}} {q['p10'] * 1e3:>12.3f} {q['p50'] * 1e3:>8.3f} {q['p90'] * 1e3:>8.3f}")
+    for v in d["versus"]:
+        q = v["step_ratio"]
+        out.append(f"  {v['other']} / {v['system']} step: {q['p50']:.3f}x (p10 {q['p10']:.3f}x, p90 {q['p90']:.3f}x); "
+                   f"probability {v['system']} is faster: {v['prob_faster']:.3f}")
+    return out
+
+
+def shares_dict(sd) -> dict:
+    return {"draws": sd.draws, "seed": sd.seed, "inputs": sd.inputs, "model_error": None,
+            "gap_s": interval(sd.gap), "rest_s": interval(sd.rest),
+            "shares_s": {f: interval(x) for f, x in sd.shares.items()},
+            "share_of_gap": {f: interval(x / sd.gap) for f, x in sd.shares.items()}}
+
+
+def shares_lines(sd) -> list[str]:
+    d = shares_dict(sd)
+    ms = lambda q: f"{q['p50'] * 1e3:.3f} ms [{q['p10'] * 1e3:.3f}, {q['p90'] * 1e3:.3f}]"
+    pct = lambda q: f"{100 * q['p50']:.1f} % [{100 * q['p10']:.1f}, {100 * q['p90']:.1f}]"
+    out = [f"uncertainty of the shares: {sd.draws:,} draws (seed {sd.seed}) of {sd.inputs} uncertain inputs, each "
+           "combination at its plan (the inputs' spread alone: validation scores built machines, not a share); "
+           "p50 [p10, p90]:",
+           f"  {'gap':<18} {ms(d['gap_s'])}"]
+    for f in sd.shares:
+        out.append(f"  {f:<18} {ms(d['shares_s'][f])}   {pct(d['share_of_gap'][f])} of the gap")
+    out.append(f"  {'everything else':<18} {ms(d['rest_s'])}")
+    return out
