@@ -4,6 +4,7 @@
     system = pm.load_system("mtia300-64"); model = pm.load_model("dlrm-dcnv2-mlperf")
     plan = pm.default_plan(system, model)
     bd = pm.evaluate(system, model, plan)
+    res = pm.uncertainty(system, model, plan, draws=1000)   # res.p10, res.p50, res.p90 of the step
 """
 
 from .interrupt import install_for_the_command_line as _install_interrupt
@@ -30,6 +31,9 @@ from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
 from .interop import dmp_collection_args, load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
 from .interop.hugectr import hugectr_plan
+from .uncertainty.inputs import inputs_of as uncertain_inputs
+from .uncertainty.propagate import attribution_draws, propagate, uncertainty
+from .uncertainty.decompose import sources as uncertainty_sources
 
 __all__ = [
     "enable_compile_cache", "ConfigError", "Constraints", "TableConstraint", "load_constraints", "PHASES", "Breakdown", "evaluate", "Chip", "Level", "Nic", "Offload", "System",
@@ -43,4 +47,5 @@ __all__ = [
     "load_datasets", "validate_published",
     "model_from_tables", "torchrec_plan", "to_torchrec_plan", "load_torchrec_plan", "hugectr_plan",
     "dmp_collection_args", "sharding_group",
+    "uncertain_inputs", "uncertainty", "propagate", "attribution_draws", "uncertainty_sources",
 ]

@@ -491,12 +491,34 @@ def _word(o: Option) -> tuple:
     return o.name, "", f"{o.kind}: {o.allowed}", "required" if o.default is None else o.default or '""', o.meaning
 
 
+RANGES = [
+    "## Uncertainty: `<key>_range`", "",
+    "Every continuous number of a chip or system file (a field with a unit or a share, not a count) is an "
+    "uncertain input of `--uncertainty`, `perfmodel uncertainty` and `pm.uncertainty`. Its range is the one "
+    "the file states beside it, else one by its provenance, the tag its line's comment carries:", "",
+    "| written | the range |", "|---|---|",
+    "| `hbm_efficiency_range = [0.80, 0.95]` | from lo to hi, in the field's unit; lo <= the value <= hi, both "
+    "within what the field allows |",
+    "| `latency_us_range = \"50%\"` | the value +- 50 % (0 to 99 %; a list field, e.g. a model's "
+    "`access_zipf`, takes only this form: every entry moves by one factor) |",
+    "| `# source: ...` on the value's line, no range | +- 5 %: a datasheet figure, a library's constant or a "
+    "published measurement describes one part and one run; a capacity a datasheet gives (HBM, last-level "
+    "cache, host DRAM) is exact |",
+    "| `# assumed: ...`, or no tag | +- 30 % |",
+    "", "Each input is drawn uniformly over its range, clipped to what its field allows. A model file's numbers "
+    "define the workload and are exact unless the file states a range; counts and the file's structure "
+    "(chips, ports, rows, dims, a level's domain) are always exact and refuse a range. A field absent from "
+    "a file keeps its default, exact. `perfmodel uncertainty --system S --model M --inputs` lists a system's "
+    "inputs with their ranges and provenance.", ""]
+
+
 def markdown() -> str:
     """docs/configuration.md: every field of every file, from the tables above."""
     out = [GENERATED, "", "# Configuration reference", "",
            "Every field perfmodel's loaders read, with its unit, what it allows, its default and what it means. "
            "A key carries its unit in its name; bounds are inclusive. A field outside what it allows, a missing "
            "required field or an unknown key gets one error naming the file and the field.", ""]
+    out += RANGES
     for title, where, numeric, words in FILES:
         out += [f"## {title}", "", where + ".", ""]
         sections = list(dict.fromkeys([o.section for o in words.values()] + [f.section for f in numeric.values()]))

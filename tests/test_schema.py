@@ -25,6 +25,8 @@ def _numeric(table: dict, prefix: str = ""):
     for key, value in table.items():
         if isinstance(value, dict):
             yield from _numeric(value, f"{prefix}{key}.")
+        elif key.endswith("_range"):          # a field's uncertainty: the field it belongs to must exist
+            yield f"{prefix}{key.removesuffix('_range')}"
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in
                  (value if isinstance(value, list) and value else [value])):
             yield f"{prefix}{key}"
