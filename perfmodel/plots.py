@@ -4,9 +4,11 @@ draws on it (a new figure if none) and returns the Axes; `save_figure` writes it
   breakdown   where the step goes per system: compute phases, interference and exposed
               communication on the slowest device; the collectives on the communication stream
   sweep_lines a metric against one knob of a sweep table, one line per combination of the others
+              (a shaded p10-p90 band around each where the table has them: sweep(uncertainty=N))
   tradeoff    sweep_lines for step time against scale-out NIC bandwidth (integrated vs PCIe NIC,
               offload engines vs core-driven collectives)
-  scaling     throughput and scaling efficiency against chip count (weak and/or strong)
+  scaling     throughput and scaling efficiency against chip count (weak and/or strong; bands
+              where the table has p10 / p90: scaling(uncertainty=N))
   pareto      throughput against cost or power across systems, the Pareto front drawn
   timeline    a per-device Gantt chart of one step: compute and communication streams, exposed
               communication hatched
@@ -66,6 +68,20 @@ def _metric(name: str) -> tuple[str, float]:
     if name.endswith("_ms"):
         return f"{name[:-3]} [ms]", 1.0
     return name, 1.0
+
+
+BAND_ALPHA = 0.25
+
+
+def _band(ax, c: dict, col: str, idx, xs, scale: float, order, color) -> None:
+    """A shaded band from `col`_p10 to `col`_p90 of the rows `idx` (the x values `xs`, drawn in
+    `order`), where the table has them (a study run with uncertainty=N)."""
+    lo, hi = f"{col}_p10", f"{col}_p90"
+    if lo not in c or hi not in c:
+        return
+    y0 = np.asarray(c[lo], np.float64)[idx][order] * scale
+    y1 = np.asarray(c[hi], np.float64)[idx][order] * scale
+    ax.fill_between(xs[order], y0, y1, color=color, alpha=BAND_ALPHA, lw=0)
 
 
 def _with_plan(title: str | None, c: dict) -> str | None:
@@ -156,7 +172,8 @@ def breakdown(results, ax=None, title: str | None = None):
 def sweep_lines(table, x: str, y: str = "step_ms", by: list[str] | None = None, ax=None,
                 logx: bool | None = None, title: str | None = None):
     """`y` against knob `x` of a sweep table, one line per combination of the `by` columns (default:
-    every other knob column with more than one value). Infeasible points (over memory) get a red x."""
+    every other knob column with more than one value). Infeasible points (over memory) get a red x.
+    A table with `y`_p10 and `y`_p90 (sweep(uncertainty=N)) gets a shaded band between them."""
     c = columns(table)
     if x not in c or y not in c:
         from .config import ConfigError
@@ -192,7 +209,8 @@ def sweep_lines(table, x: str, y: str = "step_ms", by: list[str] | None = None, 
         else:
             style["marker"] = "o"
         label = ", ".join(_value_label(b, c[b][np.flatnonzero(idx)[0]]) for b in by) or y
-        ax.plot(xs[o], ys[o], ms=3, lw=1.6, label=label, **style)
+        line, = ax.plot(xs[o], ys[o], ms=3, lw=1.6, label=label, **style)
+        _band(ax, c, y, idx, xs, yscale, o, line.get_color())
         if "feasible" in c:
             bad = ~np.asarray(c["feasible"], bool)[idx][o]
             if bad.any():
@@ -229,7 +247,8 @@ def tradeoff(table, ax=None, y: str = "step_ms", title: str | None = None):
 
 def scaling(table, ax=None, title: str | None = None):
     """Throughput (solid, left axis; dashed: ideal linear scaling from the smallest size) and scaling
-    efficiency (dotted, right axis) against chips, one colour per mode (strong / weak)."""
+    efficiency (dotted, right axis) against chips, one colour per mode (strong / weak); shaded p10-p90
+    bands where the table has them (scaling(uncertainty=N))."""
     c = columns(table)
     ax = _ax(ax)
     ax2 = ax.twinx()
@@ -245,6 +264,8 @@ def scaling(table, ax=None, title: str | None = None):
         col = colors.get(mode, "#2ca02c")
         ax.plot(n[o], thr[o], "o-", color=col, lw=1.8, label=f"{mode} scaling: throughput")
         ax2.plot(n[o], eff[o], "s:", color=col, lw=1.2, ms=4, label=f"{mode} scaling: efficiency (right axis)")
+        _band(ax, c, "samples_per_s", idx, n, 1e-6, o, col)
+        _band(ax2, c, "efficiency", idx, n, 100.0, o, col)
         key = (tuple(n[o]), round(float(thr[o][0]), 9))
         if key not in ideal:
             ideal[key] = ax.plot(n[o], thr[o][0] * n[o] / n[o][0], "--", color="#7f7f7f", lw=1,

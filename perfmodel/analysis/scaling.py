@@ -5,6 +5,12 @@ its own evaluation (and its own plan), not a vmapped point.
 Scaling efficiency at N chips, against the smallest size N0:
     efficiency = (throughput_N / throughput_N0) / (N / N0)
 strong: the global batch stays; weak: it grows with N (batch per chip fixed).
+
+uncertainty=N adds error bars (perfmodel.uncertainty.propagate): every size at its own plan, at the
+same N draws of the files' inputs (shared by name: the sizes of a family read the same files) and
+one draw of the model's own error for the whole family (the same machine type), so a size's
+efficiency is taken draw by draw against the smallest size's draws: `<col>_p10`, `<col>_p50` and
+`<col>_p90` of UNCERTAIN_COLUMNS beside the nominal columns.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from .planning import planner, plans
 from .table import make_table
 
 MODES = ("strong", "weak")
+UNCERTAIN_COLUMNS = ("step_ms", "samples_per_s", "efficiency")
 
 
 def _make(plan, iterations, seed, replicas=1):
@@ -98,7 +105,8 @@ def global_batch(model: RankingModel, mode: str, n: int, n0: int) -> float | int
 
 def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "strong", plan="search", *,
             iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
-            ray_address: str | None = None, replicas=1):
+            ray_address: str | None = None, replicas=1, uncertainty: int | None = None, uncertainty_seed: int = 0,
+            model_error=True):
     """Throughput and scaling efficiency of `model` on `system`'s family at each chip count: one row
     per size with chips, mode, global_batch, step_ms, samples_per_s, exposed_comm_ms, feasible,
     replicas (the plan's sharding groups: 1 unless replicas= lets the search make 2D plans),
@@ -108,6 +116,9 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     that size. mode: strong (fixed global batch) or weak (global batch x N / N0). plan, iterations,
     seed, replicas: as planning.planner (a search per size by default: each size gets the plan it
     wants); executor, workers, ray_address: where the sizes are planned (planning.plans).
+    uncertainty: a number of draws (2 to uncertainty.MAX_DRAWS) of the files' uncertain inputs,
+    seeded by uncertainty_seed, with the model's own error unless model_error=False (a ModelError:
+    that one); adds `<col>_p10`, `<col>_p50`, `<col>_p90` of UNCERTAIN_COLUMNS (the module doc).
     """
     if mode not in MODES:
         raise ConfigError("", "mode", f"is {mode!r}; allowed: {', '.join(MODES)}")
@@ -116,6 +127,11 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
             or not all(whole(c) for c in chips):
         raise ConfigError("", "chips", f"must list chip counts, integers from 1 to {MAX_CHIPS:,}, got {chips!r}")
     chips = sorted({int(c) for c in chips})
+    if uncertainty is not None:                    # checked before any size is planned
+        from ..uncertainty.propagate import check_draws, check_seed
+        from .sweep import _model_error
+        draws, useed = check_draws(uncertainty, "uncertainty"), check_seed(uncertainty_seed, "uncertainty_seed")
+        me = _model_error(model_error)
     name = system.name if isinstance(system, System) else str(system)
     model = as_model(model)
     make = _make(plan, iterations, seed, replicas)
@@ -123,7 +139,8 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
     points = [(load_system(name, chips=n), model if mode == "strong" else dataclasses.replace(
         model, global_batch=jnp.asarray(global_batch(model, mode, n, n0), jnp.float32))) for n in chips]
     rows = []
-    for n, (s, m), p in zip(chips, points, plans(make, points, executor, workers, ray_address)):
+    found = plans(make, points, executor, workers, ray_address)
+    for n, (s, m), p in zip(chips, points, found):
         bd = evaluate(s, m, p)
         rows.append(dict(chips=n, mode=mode, global_batch=float(m.global_batch), step_ms=float(bd.step_s) * 1e3,
                          samples_per_s=float(bd.samples_per_s), exposed_comm_ms=float(bd.exposed_comm_s) * 1e3,
@@ -133,5 +150,30 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
         r["speedup"] = r["samples_per_s"] / thr0
         r["efficiency"] = r["speedup"] / (r["chips"] / n0)
         r["plan"] = make.label
+    if uncertainty is not None:
+        _with_intervals(rows, points, found, draws, useed, me)
     cols = {k: np.asarray([r[k] for r in rows], dtype=object if k in ("mode", "plan") else None) for k in rows[0]}
     return make_table(cols)
+
+
+def _with_intervals(rows: list[dict], points: list, found: list, draws: int, seed: int, me) -> None:
+    """Each row with the p10 / p50 / p90 of UNCERTAIN_COLUMNS (module doc), before its `plan`."""
+    from ..uncertainty.propagate import propagate, quantiles
+    from .executors import announced_bar
+    line = (f"scaling: {draws:,} draws at each of {len(points)} size{'s' * (len(points) > 1)}, a vectorized call per "
+            "size (each compiles: its shapes are its own)")
+    with announced_bar(line, len(points), "size"):
+        res = propagate([s for s, _ in points], [m for _, m in points], found, draws, seed, me,
+                        error_groups=[0] * len(points))
+    thr0 = res[0].samples["samples_per_s"]
+    n0 = rows[0]["chips"]
+    for r, u in zip(rows, res):
+        thr = u.samples["samples_per_s"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            drawn = {"step_ms": u.samples["step_s"] * 1e3, "samples_per_s": thr,
+                     "efficiency": thr / thr0 / (r["chips"] / n0)}
+        plan = r.pop("plan")
+        for col in UNCERTAIN_COLUMNS:
+            for k, v in quantiles(drawn[col]).items():
+                r[f"{col}_{k}"] = v
+        r["plan"] = plan

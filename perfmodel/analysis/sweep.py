@@ -18,6 +18,13 @@ over all points, its batch sharded over every JAX device.
 A point whose plan cannot be made (the search fails, the model fits no plan there) keeps its row:
 NaN figures, feasible False, and `error` saying why; the other points are unaffected.
 
+uncertainty=N adds error bars (perfmodel.uncertainty): every point is evaluated at the same N draws
+of the files' uncertain inputs (common random numbers, so two points compare draw by draw), each at
+the point's plan, with the model's own error (one draw per draw index: one system). A draw sets the
+system's and model's leaves first and the point's knobs after, so a swept knob is the value chosen
+and overrides the draw of the leaf it sets. The columns UNCERTAIN_COLUMNS then get `<col>_p10`,
+`<col>_p50` and `<col>_p90` beside the nominal one (the files' values, no model error).
+
 The result is a tidy table, one row per point: the knob columns (in the knobs' units), then the
 COLUMNS below in human units (step_ms, samples_per_s, memory_max_GB, scale_out_link_GBps, ...:
 the unit is in the name; link bandwidths are effective, after any PCIe cap; <phase>_busy_max_ms is
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from typing import Mapping, Sequence
 
 import jax
@@ -48,6 +56,8 @@ from .planning import progress_text
 from .table import make_table
 
 MAX_POINTS = 10_000_000
+# the columns uncertainty= gives p10 / p50 / p90 of: the ones the model's error scales
+UNCERTAIN_COLUMNS = ("step_ms", "samples_per_s", "usd_per_million_samples", "joules_per_sample")
 
 # table column -> (summarize's key, factor from SI): the units a user reads, in the name
 COLUMNS = {
@@ -229,10 +239,109 @@ def _bar(points: int, chunks: int, size: int):
     return announced_bar(line, points, "point", unit_scale=True)
 
 
+# ------------------------------------------------------------------------------------- uncertainty
+
+def _drawn_program(system, model, plan, values, draws, names, batched_plan, spec, figures):
+    """summarize's `figures` at (point, draw) pairs: the draw's inputs set on the leaves
+    (propagate._set), then the point's knobs, so a swept knob overrides the draw of the leaf it sets."""
+    from ..uncertainty.propagate import _set
+    flat, tree = jax.tree_util.tree_flatten((system, model))
+
+    def one(v, d, p):
+        s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, d))
+        st = K.apply(names, K.State(s, m, p), [v[i] for i in range(len(names))])
+        figs = summarize(evaluate(st.system, st.model, st.plan), st.system)
+        return {k: figs[k] for k in figures}          # only what the intervals read: XLA drops the rest
+    return jax.vmap(one, in_axes=(0, 0, 0 if batched_plan else None))(values, draws, plan)
+
+
+_STATIC = ("names", "batched_plan", "spec", "figures")
+_run_drawn = jit(_drawn_program, static_argnames=_STATIC)
+_run_drawn_quick = jit(_drawn_program, static_argnames=_STATIC, quick=True)
+
+
+def _model_error(model_error):
+    """The ModelError of sweep's / scaling's model_error= (True: the stored one; False: none)."""
+    from ..uncertainty.propagate import NO_MODEL_ERROR, ModelError, load_model_error
+    if model_error is True:
+        return load_model_error()
+    if model_error is False:
+        return NO_MODEL_ERROR
+    if isinstance(model_error, ModelError):
+        return model_error
+    raise ConfigError("", "model_error", f"must be True, False or a ModelError, got {model_error!r}")
+
+
+def _check_uncertainty(draws, seed, points: int) -> tuple[int, int]:
+    """(draws, seed) checked, and points x draws within MAX_POINTS evaluations (the bound a grid has)."""
+    from ..uncertainty.propagate import check_draws, check_seed
+    draws, seed = check_draws(draws, "uncertainty"), check_seed(seed, "uncertainty_seed")
+    if points * draws > MAX_POINTS:
+        raise ConfigError("", "uncertainty", f"{draws:,} draws at {points:,} points are {points * draws:,} "
+                          f"evaluations; at most {MAX_POINTS:,}: fewer draws or points")
+    return draws, seed
+
+
+def drawn_quantiles(system, model, plan, values: np.ndarray, names: tuple, batched_plan: bool, chunk: int,
+                    inputs: list, u: np.ndarray, eps: np.ndarray, figures=("step_s",)) -> dict[str, np.ndarray]:
+    """figure -> [P, 3] (p10, p50, p90 over the N draws) of each of the P points of `values`: the
+    draws `u` [N, d] of `inputs` (their design quantiles) applied to the leaves of (system, model)
+    before the point's knobs, the model's log error `eps` [N] on top.
+
+    The (point, draw) pairs run point-major in vmapped chunks of `chunk` pairs, and a point's
+    quantiles are taken as soon as its last draw is in, so memory stays at a chunk plus one point's
+    draws whatever P x N is."""
+    from ..uncertainty.inputs import as_applied, leaf_spec
+    from ..uncertainty.propagate import QUANTILES, values_of, with_model_error
+    from .executors import announced_bar
+    P, N = values.shape[0], u.shape[0]
+    spec = leaf_spec(inputs, system, model)
+    applied = as_applied(inputs, values_of(inputs, u))
+    total = P * N
+    mesh = _mesh()
+    ndev = 1 if mesh is None else mesh.size
+    size = min(chunk, max(16, 1 << max(total - 1, 0).bit_length()))
+    size = -(-size // ndev) * ndev
+    put = (lambda x: x) if mesh is None else (
+        lambda x: jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("points"))))
+    chunks = -(-total // size)
+    run = _run_drawn_quick if chunks <= QUICK_CHUNKS else _run_drawn
+    line = (f"sweep: {N:,} draws at each of {P:,} points: {total:,} evaluations in {chunks:,} vectorized calls of "
+            f"{size:,} (the first compiles)" if chunks > QUICK_CHUNKS else None)
+    out = {f: np.full((P, len(QUANTILES)), np.nan) for f in figures}
+    pending = {f: [] for f in figures}          # the draws of points not yet complete, in pair order
+    done = 0                                    # points whose quantiles are in `out`
+    with announced_bar(line, total, "evaluation", unit_scale=True) as bar:
+        for lo in range(0, total, size):
+            hi = min(lo + size, total)
+            idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), hi - 1)])   # pad: repeat the last
+            pt, dr = idx // N, idx % N
+            p = jax.tree_util.tree_map(lambda x: put(x[pt]), plan) if batched_plan else plan
+            res = run(system, model, p, put(jnp.asarray(values[pt], jnp.float32)),
+                      put(jnp.asarray(applied[dr], jnp.float32)), names, batched_plan, spec, tuple(figures))
+            res = with_model_error({f: np.asarray(res[f], np.float64)[: hi - lo] for f in figures}, eps[dr[: hi - lo]])
+            for f in figures:
+                pending[f].append(res[f])
+            complete = hi // N                  # points whose every draw has run
+            if complete > done:
+                for f in figures:
+                    buf = np.concatenate(pending[f])
+                    k = (complete - done) * N
+                    x = buf[:k].reshape(complete - done, N)
+                    x = np.where(np.isfinite(x), x, np.nan)       # as propagate.quantiles: the finite draws
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)      # a point with no finite draw: NaN
+                        out[f][done:complete] = np.nanquantile(x, QUANTILES, axis=1).T
+                    pending[f] = [buf[k:]]
+                done = complete
+            bar.update(hi - lo)
+    return out
+
+
 def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], plan="search", *,
           paired: bool = False, iterations: int | None = None, seed: int = 0, executor=None,
           workers: int | None = None, ray_address: str | None = None, chunk: int | None = None,
-          binding: bool = False):
+          binding: bool = False, uncertainty: int | None = None, uncertainty_seed: int = 0, model_error=True):
     """Evaluate `model` on `system` at every point of `vary` (knob name -> values); see the module doc.
 
     plan, iterations, seed: as planning.planner ("search" with STUDY_ITERATIONS rounds by default,
@@ -241,7 +350,10 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     else the cores, by default; greedy and single-point sweeps run here). chunk: points per vmapped
     call (default by problem size). binding: add the columns `binding`, the resource that bounds the
     point's step (binding_of), and `binding_elasticity`; one gradient per point, so at most
-    MAX_BINDING_POINTS points.
+    MAX_BINDING_POINTS points. uncertainty: a number of draws (2 to uncertainty.MAX_DRAWS) of the
+    files' uncertain inputs, each point evaluated at the same draws (seeded by uncertainty_seed),
+    with the model's own error unless model_error=False (a ModelError: that one); adds
+    `<col>_p10`, `<col>_p50`, `<col>_p90` of UNCERTAIN_COLUMNS (the module doc).
     Bad knob names or values, or a fixed plan that does not fit `system`, raise ConfigError naming
     what is wrong and what is allowed.
     """
@@ -265,6 +377,9 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
     if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
         raise ConfigError("", "chunk", f"must be a positive integer, got {chunk!r}")
     chunk = chunk or default_chunk(system, model)
+    if uncertainty is not None:                    # checked before any point is planned
+        draws, useed = _check_uncertainty(uncertainty, uncertainty_seed, len(values))
+        me = _model_error(model_error)
 
     errors = np.full(len(values), "", dtype=object)
     if make.per_point:
@@ -295,6 +410,18 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
                  if not failed[i] else ("", np.nan) for i in range(len(values))]
         cols["binding"] = np.asarray([b for b, _ in found], dtype=object)
         cols["binding_elasticity"] = np.asarray([e for _, e in found], np.float64)
+    if uncertainty is not None:
+        from ..uncertainty.inputs import inputs_of
+        from ..uncertainty.propagate import QUANTILES, design
+        inputs = inputs_of(system, model)
+        u = design(draws, len(inputs) + 1, useed)          # the inputs' columns, then the model error's
+        eps = me.eps(u[:, len(inputs)])
+        figs = {COLUMNS[c][0]: c for c in UNCERTAIN_COLUMNS}
+        q = drawn_quantiles(st_sys, st_model, pa, values, tuple(order), batched, chunk, inputs,
+                            u[:, :len(inputs)], eps, tuple(figs))
+        for key, col in figs.items():
+            for j, qj in enumerate(QUANTILES):
+                cols[f"{col}_p{round(qj * 100)}"] = np.where(failed, np.nan, q[key][:, j] * COLUMNS[col][1])
     cols["plan"] = np.full(len(values), make.label, dtype=object)
     cols["error"] = errors
     return make_table(cols)
