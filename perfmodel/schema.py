@@ -505,7 +505,9 @@ RANGES = [
     "published measurement describes one part and one run; a capacity a datasheet gives (HBM, last-level "
     "cache, host DRAM) is exact |",
     "| `# assumed: ...`, or no tag | +- 30 % |",
-    "", "Each input is drawn uniformly over its range, clipped to what its field allows. A model file's numbers "
+    "", "Each input is drawn uniformly over its range. A default range that the field's bound would cut (an "
+    "assumed 0.9 of a peak, +- 30 %, passes 1.0) narrows to stay centred on the value (0.8 to 1.0); a value on "
+    "the bound (an assumed non-blocking oversubscription of 1) is one-sided (1 to 1.3). A model file's numbers "
     "define the workload and are exact unless the file states a range; counts and the file's structure "
     "(chips, ports, rows, dims, a level's domain) are always exact and refuse a range. A field absent from "
     "a file keeps its default, exact. `perfmodel uncertainty --system S --model M --inputs` lists a system's "

@@ -17,13 +17,17 @@ A model file's numbers define the workload being studied (its tables, batch, lay
 exact unless the file states a range; counts and the files' structure (integers: chips, ports,
 rows, dims) are always exact. Fields absent from a file take their defaults, held exact.
 
-Each input is uniform over its range, clipped to what its field allows (an efficiency stays <= 1).
+Each input is uniform over its range. A default range that a field's bound would cut (an assumed
+0.9 of HBM's peak, +- 30 %, passes 1.0) narrows to stay centred on the value, the file's best guess
+(0.8 to 1.0); a value on its field's bound (an assumed non-blocking oversubscription of 1) can only be
+wrong one way, and its range is one-sided (1 to 1.3). A stated range is taken as stated.
 Inputs are named `<file>:<field>` ("h100:memory.hbm_efficiency", "mtia300:network.levels[0].latency_us"):
 two systems built from one chip file share its inputs, so a comparison draws them once.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +94,17 @@ def _tags(path: Path) -> dict[tuple[str, str], str]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, stamp: tuple) -> tuple[dict, dict]:
+    """A file's data and line tags, read once per version of the file (stamp: its mtime and size)."""
+    return read_file(path), _tags(Path(path))
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    st = path.stat()
+    return _parsed(str(path), (st.st_mtime_ns, st.st_size))
+
+
 def _readable(file: str) -> Path | None:
     p = Path(file) if file else None
     return p if p is not None and p.suffix in (".toml", ".json") and exists(p) else None
@@ -125,6 +140,12 @@ def _entry(field, table: dict, key_table: str, tags: dict, file: Path, field_nam
     else:
         value = values[0]
         lo, hi = rng.bounds(value)
+        if provenance != "stated" and field.lo < value < field.hi:
+            # a default range stays centred on the value where a bound cuts it (an assumed 0.97 of
+            # line rate is 0.94 to 1.0, not 0.68 to 1.0): the value is the file's best guess. A
+            # value on a bound (an assumed non-blocking 1.0) can only be wrong one way: one-sided
+            half = min(value - lo, hi - value, value - field.lo, field.hi - value)
+            lo, hi = value - half, value + half
         lo, hi = max(lo, field.lo), min(hi, field.hi)      # an efficiency stays <= 1, a latency >= 0
         factor, scale = False, field.scale
     if hi <= lo:
@@ -135,7 +156,7 @@ def _entry(field, table: dict, key_table: str, tags: dict, file: Path, field_nam
 
 
 def _chip_inputs(system: System, sys_data: dict, sys_tags: dict, sys_file: Path, chip_file: Path) -> list[Input]:
-    chip_data, chip_tags = read_file(chip_file), _tags(chip_file)
+    chip_data, chip_tags = _read(chip_file)
     nic_over = sys_data.get("nic", {}) if isinstance(sys_data.get("nic", {}), dict) else {}
     out = []
     for field in CHIP.values():
@@ -172,7 +193,7 @@ def _model_inputs(model: RankingModel) -> list[Input]:
     file = _readable(model.file)
     if file is None:
         return []
-    data = read_file(file)
+    data, _ = _read(file)
     out = []
     for field in MODEL.values():
         if field.leaf and field.section in ("", "embeddings"):
@@ -190,7 +211,7 @@ def inputs_of(system: System, model: RankingModel | None = None) -> list[Input]:
     if len(system.files) == 2:
         sys_file, chip_file = _readable(system.files[0]), _readable(system.files[1])
         if sys_file is not None:
-            data, tags = read_file(sys_file), _tags(sys_file)
+            data, tags = _read(sys_file)
             if chip_file is not None:
                 out += _chip_inputs(system, data, tags, sys_file, chip_file)
             out += _system_inputs(system, data, tags, sys_file)

@@ -6,15 +6,17 @@ vectorized call at the plan each point uses, and the model's own error from vali
     res.samples                        # the N steps, inputs and model error drawn
 
 The model's own error. Validation (validate/steps.py) scores the model at each measured run's own
-plan; its log errors ln(measured / modelled) have a mean (the model's bias) and a spread. Part of
-that spread is the inputs' own (the presets' assumed values are as uncertain there as anywhere), so
-the error added here is what is left: sigma^2 = residual sigma^2 - the mean input variance at the
-same rows (model_error.json, written by `perfmodel uncertainty --fit-model-error`; a test
-recomputes it). A draw's step is the modelled step x exp(eps), eps ~ Normal(mean, sigma), one eps
-per system: the validation shows the error differs system by system (one system's runs all a few
-percent slow, another's too fast), so two systems' errors are drawn apart and one system's plans
-and variants share theirs. The error applies to the figures that scale with the step (step,
-samples/s, cost and energy per sample); memory and its feasibility carry the inputs' spread only.
+plan (modelerror.py): at those rows the inputs are drawn as here, and the log errors of the measured
+steps against the drawn steps' centre have a mean (the model's bias) and a spread. Part of that
+spread is the inputs' own, so the error added here is what is left: sigma^2 = the errors' variance -
+the mean variance the inputs give at the same rows (model_error.json, written by `perfmodel
+uncertainty --fit-model-error`; a test recomputes it). A draw's step is the modelled step x
+exp(eps), eps ~ Normal(mean, sigma), one eps per machine type: the validation's errors differ from
+one machine to another, and the runs of one machine at several sizes and batches err alike (the
+4 x H100 boards' three runs by 14-21 %, the 8 and 64 x H100 with SHARP by 6-9 %), so two machines'
+errors are drawn apart, and one machine's sizes, plans and variants (the systems built from the same
+files) share theirs. The error applies to the figures that scale with the step (step, samples/s,
+cost and energy per sample); memory and its feasibility carry the inputs' spread only.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from . import DEFAULT_DRAWS, MAX_DRAWS
 
 QUANTILES = (0.1, 0.5, 0.9)
 MODEL_ERROR_FILE = DATA_DIR / "measurements" / "steps" / "model_error.json"
+# the figures a draw gives (analysis.sweep.summarize's keys, SI)
+FIGURES = ("step_s", "samples_per_s", "usd_per_million_samples", "joules_per_sample", "exposed_comm_s",
+           "memory_max_bytes", "feasible")
 # figures the model's error scales: step-like (x exp(eps)) and rate-like (/ exp(eps))
 STEP_LIKE = ("step_s", "usd_per_million_samples", "joules_per_sample", "exposed_comm_s")
 RATE_LIKE = ("samples_per_s",)
@@ -130,7 +135,8 @@ def _program(system, model, plan, values, spec):
 
     def one(v):
         s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, v))
-        return summarize(evaluate(s, m, plan), s)
+        figs = summarize(evaluate(s, m, plan), s)
+        return {k: figs[k] for k in FIGURES}           # only what an answer reads: XLA drops the rest
     return jax.vmap(one)(values)
 
 
@@ -140,7 +146,7 @@ CHUNK = 1024        # draws per vectorized call: one compile serves every N (pad
 
 def evaluate_draws(system: System, model: RankingModel, plan: PlanArrays, inputs: list[Input],
                    values: np.ndarray, progress: str | None = None) -> dict[str, np.ndarray]:
-    """The sweep's summary figures (analysis.sweep.summarize, SI) at each row of `values` [N, d]."""
+    """The FIGURES (analysis.sweep.summarize's, SI) at each row of `values` [N, d]."""
     spec = leaf_spec(inputs, system, model)
     applied = as_applied(inputs, values)
     N = values.shape[0]
@@ -250,15 +256,16 @@ def propagate(systems: list[System], models: list[RankingModel], plans: list, dr
               seed: int = 0, model_error: ModelError | None = None, error_groups: list[int] | None = None,
               progress: str | None = None) -> list[Uncertain]:
     """Each (system, model, plan) evaluated at the same N draws: the inputs of every file drawn once
-    (shared by name), the model's error drawn once per error group (default: one per distinct
-    system name), so the answers can be compared draw by draw."""
+    (shared by name), the model's error drawn once per error group (default: one per machine type,
+    the systems built from the same system and chip files, whatever their size), so the answers can
+    be compared draw by draw."""
     draws, seed = check_draws(draws), check_seed(seed)
     me = load_model_error() if model_error is None else model_error
     per = [inputs_of(s, m) for s, m in zip(systems, models)]
     allin, cols = columns_for(per)
-    if error_groups is None:
-        names: dict[str, int] = {}
-        error_groups = [names.setdefault(s.name, len(names)) for s in systems]
+    if error_groups is None:             # one machine type, one error: systems built from the same files
+        names: dict = {}
+        error_groups = [names.setdefault(s.files or s.name, len(names)) for s in systems]
     groups = max(error_groups) + 1 if error_groups else 0
     u = design(draws, len(allin) + groups, seed)
     u_in, u_err = u[:, :len(allin)], u[:, len(allin):]
@@ -268,10 +275,11 @@ def propagate(systems: list[System], models: list[RankingModel], plans: list, dr
     for k, (s, m, p) in enumerate(zip(systems, models, plans)):
         pa, plan = _plan_arrays(s, m, p)
         ins = [allin[c] for c in cols[k]]
-        figs = evaluate_draws(s, m, pa, ins, vals[:, cols[k]], progress=progress)
-        bd = evaluate(s, m, pa)
-        from ..analysis.sweep import summarize
-        nom = {key: float(v) for key, v in summarize(bd, s).items()}
+        at_files = np.asarray([[1.0 if i.factor else i.value * i.scale for i in ins]])
+        # the files' own values ride along as one more row: the nominal figures from the same program
+        figs = evaluate_draws(s, m, pa, ins, np.vstack([vals[:, cols[k]], at_files]), progress=progress)
+        nom = {key: float(v[-1]) for key, v in figs.items()}
+        figs = {key: v[:-1] for key, v in figs.items()}
         eps = eps_all[:, error_groups[k]]
         out.append(Uncertain(nom, with_model_error(figs, eps), ins, me, u_in[:, cols[k]], eps, seed, plan))
     return out
