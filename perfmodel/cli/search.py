@@ -65,6 +65,14 @@ def register(sub) -> None:
     p.add_argument("--sync-every", type=int, default=None, help="the most steps between the replicas' "
                    "synchronizations (default 1, or the constraints' sync_every: the touched rows' gradients every "
                    "step; k > 1 also prices the weights and optimizer state every k steps and keeps the faster)")
+    p.add_argument("--objective", default="nominal", help="what the plan minimizes: nominal (default: the step at "
+                   "the files' values) or pNN, a percentile of the step over --draws draws of the files' uncertain "
+                   "inputs (p90: the plan that stays fast when the inputs are off; NN 1-99); prints the nominal-best "
+                   "plan's p50 / p90 beside the robust plan's at 1,000 other draws, and the gap")
+    p.add_argument("--draws", type=int, default=None, metavar="K", help="with --objective pNN: the draws every "
+                   "candidate is priced at (default 64, 2-4,096)")
+    p.add_argument("--uncertainty-seed", type=int, default=None, metavar="S", help="with --objective pNN: the seed "
+                   "of the draws (default 0; the check's draws take the next seed)")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     io.add_output(p, "--out", io.PLAN, help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
@@ -85,6 +93,7 @@ def _cmd_search(args) -> int:
 
     if args.torchrec_module is not None and args.format != "torchrec":
         raise ConfigError("", "--torchrec-module", "is for --format torchrec")
+    q = _objective_of(args)           # bad flags before any file is read
     system = load_system_arg(args)
     model = load_model(args.model)
     constraints = for_command(args.model, args.constraints)
@@ -101,6 +110,11 @@ def _cmd_search(args) -> int:
         raise ConfigError("", "--iterations", f"must be an integer >= 1 (rounds), got {args.iterations}")
     iterations = None if args.until_converged else args.iterations if args.iterations is not None else \
         default_iterations(system, model)
+    objective, search_iterations = {}, iterations
+    if q is not None:
+        objective = dict(objective=args.objective, draws=args.draws, uncertainty_seed=args.uncertainty_seed)
+        if args.iterations is None and not args.until_converged:
+            search_iterations = "auto"         # the same rounds for the nominal pass; the objective's its own
     precisions = tuple(p for p in args.precisions.split(",") if p)
     replicas = None if args.replicas is None else replica_arg(args.replicas)
     guard = None
@@ -116,8 +130,8 @@ def _cmd_search(args) -> int:
         if args.until_converged:      # the baselines that sample until their budget is spent: the first one's time
             budget = results[0].wall_s if results and m in SAMPLERS else None
         budgets.append(budget)
-        results.append(search(system, model, m, seed=args.seed, budget_s=budget, iterations=iterations,
-                              precisions=precisions,
+        results.append(search(system, model, m, seed=args.seed, budget_s=budget,
+                              iterations=search_iterations, **objective, precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
                               guard=guard if m == args.method else None, constraints=constraints,
                               progress=not args.no_progress and not args.json, replicas=replicas,
@@ -139,6 +153,8 @@ def _cmd_search(args) -> int:
             "notes": {k: v for k, v in r.notes.items() if k != "rounded_scores_s"}} for r, b in zip(results, budgets)],
             "plan": chosen.plan.to_dict(), "summary": summary(chosen.breakdown),
             "ranks": per_rank(chosen.breakdown, chosen.plan, model)}
+        if q is not None:
+            out.update(objective_json(chosen))
         print(json.dumps(out, indent=2, default=float))
         return 0
     budget = (f"no budget, {args.method} until it converged" + (
@@ -170,6 +186,10 @@ def _cmd_search(args) -> int:
     print(describe_plan(chosen.plan, model))
     print(f"\nper rank ({chosen.method}'s plan):")
     print(format_per_rank(per_rank(chosen.breakdown, chosen.plan, model)))
+    if q is not None:
+        from ..uncertainty.robust import lines
+        print()
+        print("\n".join(lines(chosen.notes["objective"])))
     cd = chosen.notes.get("co_design")
     if cd:
         unit = cd["unit"]
@@ -188,6 +208,51 @@ def _cmd_search(args) -> int:
     elif args.out is not None:
         print(f"\nplan written to {args.out} (perfmodel evaluate {system_flags(args)} --model {args.model} --plan {args.out})")
     return 0
+
+
+def _objective_of(args) -> float | None:
+    """--objective's quantile (None: nominal), with --draws and --uncertainty-seed checked against it."""
+    from ..uncertainty.propagate import check_seed
+    from ..uncertainty.robust import check_objective_draws, parse_objective
+    q = parse_objective(args.objective, "--objective")
+    if q is None:
+        for flag, v in (("--draws", args.draws), ("--uncertainty-seed", args.uncertainty_seed)):
+            if v is not None:
+                raise ConfigError("", flag, "is for --objective pNN (a percentile of the step over draws)")
+        return None
+    if args.draws is not None:
+        check_objective_draws(args.draws, "--draws")
+    if args.uncertainty_seed is not None:
+        check_seed(args.uncertainty_seed, "--uncertainty-seed")
+    from ..search.api import OBJECTIVE_METHODS
+    if args.compare:
+        raise ConfigError("", "--compare", f"takes --objective nominal only (the table compares nominal steps); "
+                          f"--objective {args.objective} searches one method")
+    if args.method not in OBJECTIVE_METHODS:
+        raise ConfigError("", "--objective", f"{args.objective} is for the methods that score candidate plans "
+                          f"({', '.join(OBJECTIVE_METHODS)}); --method {args.method} builds its plan by its own rule")
+    if args.co_design:
+        raise ConfigError("", "--objective", f"{args.objective} is not searched with --co-design (co-design "
+                          "searches the nominal step): give one or the other")
+    if args.replicas not in (None, "1"):
+        raise ConfigError("", "--objective", f"{args.objective} is searched on 1D plans: --replicas "
+                          f"{args.replicas} (2D plans) takes --objective nominal")
+    return q
+
+
+def objective_json(r) -> dict:
+    """--json's keys of a search at an objective other than nominal: the objective, both plans' p10 /
+    p50 / p90 (and the objective's quantile) at the check's draws, the gap, and how it was searched."""
+    info = r.notes["objective"]
+    ck = info["check"]
+    return {"objective": info["objective"], "robust": ck["robust"], "nominal_best": ck["nominal_best"],
+            "p90_gap_s": ck["p90_gap_s"], "p90_gap_pct": ck["p90_gap_pct"],
+            "objective_gap_s": ck["objective_gap_s"], "objective_gap_pct": ck["objective_gap_pct"],
+            "objective_search": {"draws": info["draws"], "seed": info["seed"], "inputs": info["inputs"],
+                                 "iterations": info["iterations"], "robust_s": info["found_s"],
+                                 "nominal_best_s": info["nominal_best_s"], "kept": info["kept"],
+                                 "check_draws": ck["draws"], "check_seed": ck["seed"], "same_plan": ck["same_plan"],
+                                 "nominal_best_plan": r.nominal.plan.to_dict() if r.nominal is not None else None}}
 
 
 def replicas_table(rows: list[dict], chips: int) -> str:

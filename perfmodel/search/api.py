@@ -38,6 +38,7 @@ from .methods import METHODS, SAMPLERS, is_method, method as make_method
 from .pipeline import Options
 from .problem import Problem
 from .progress import Progress
+from ..uncertainty.robust import DEFAULT_OBJECTIVE_DRAWS
 
 # Rounds a search takes by default ("auto"): ROUND_WORK / (tables x devices), within [100, 3000]. A
 # round's cost grows with the plans' arrays, so this keeps a default search to about a minute on a
@@ -68,6 +69,7 @@ class SearchResult:
     system: System | None = None
     iterations: int = 0                # rounds taken
     stopped: str = "done"              # "done" (the method finished), "iterations" or "budget_s"
+    nominal: SearchResult | None = None    # with an objective other than "nominal": the nominal-best plan's search
 
     @property
     def memory_headroom(self) -> float:
@@ -120,7 +122,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            freeze_settings: bool = False, start: Plan | None = None, co_design: str | None = None,
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
            gradients: bool | str = True, constraints=None, replicas=None, group_layout: str = "strided",
-           sync_every: int | None = None) -> SearchResult:
+           sync_every: int | None = None, objective: str = "nominal", draws: int | None = None,
+           uncertainty_seed: int | None = None) -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first (no wall-clock limit unless given: a plan is then a function
     of the problem, the seed and the iterations alone, on any machine and under any load).
@@ -161,10 +164,22 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     group_layout: "strided" (a shard's replicas on neighbouring ranks) or "contiguous".
     sync_every: the most steps between the replicas' synchronizations the plan may take (1: every
     step); the search prices both 1 and this. None: the constraints' sync_every, else 1.
+    objective: "nominal" (the step at the files' values), or "pNN" (1 <= NN <= 99): the plan whose
+    NN-th percentile of the step over `draws` draws of the files' uncertain inputs (default 64,
+    seeded by uncertainty_seed, default 0; the same draws for every candidate) is least, for the
+    methods that score candidates (OBJECTIVE_METHODS), on 1D plans without co-design. The search
+    first runs the nominal search (the same method, seed and settings; r.nominal), then the same
+    method at the objective from its plan (for the gradient method, its local search and kicks),
+    in robust_iterations rounds where iterations is "auto", else `iterations`; and returns the plan
+    of lower objective of the two. budget_s bounds both passes together. r.step_s and r.breakdown stay
+    the plan's nominal figures, r.notes["objective"] holds both plans' objective at the draws and
+    their p10 / p50 / p90 at robust.CHECK_DRAWS other draws, and r.notes["progress"] the
+    objective's pass, in objective values (uncertainty/robust.py).
     system, model: objects, or preset names or file paths (pm.search("mtia300-64", "dlrm-dcnv2-mlperf")).
     Raises ConfigError for an unknown method, a budget <= 0, or a model that fits on no plan.
     """
     _check(method, budget_s, iterations, restarts, precisions, seed, steps)
+    q = _checked_objective(objective, draws, uncertainty_seed, method, co_design)
     if gradients not in (True, False, "rank", "relaxed"):
         raise ConfigError("", "gradients", f"is {gradients!r}; allowed: True, False, 'rank', 'relaxed'")
     given = as_constraints(constraints, "constraints")
@@ -172,6 +187,9 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
         given = model_constraints(model).merged(given)
     system, model, start = resolve(system, model, start)
     limits = resolve_limits(given, system, model)
+    if q is not None:           # the objective's pass: its own default rounds (robust_iterations)
+        objective_rounds = (robust_iterations(system, model, draws or DEFAULT_OBJECTIVE_DRAWS)
+                            if iterations == "auto" else iterations)
     if iterations == "auto":
         iterations = default_iterations(system, model)
     if start is not None and not isinstance(start, Plan):
@@ -191,12 +209,96 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
         if co_design is not None or guard is not None:
             raise ConfigError("", "replicas", f"is {replicas!r}: 2D plans are searched without "
                               f"{'co_design' if co_design is not None else 'a guard'} (give replicas=1)")
+        if q is not None:
+            raise ConfigError("", "objective", f"is {objective!r}: 2D plans (replicas {counts}) are searched for "
+                              "the nominal step only (give replicas=1, or objective 'nominal')")
         return _replicated(system, model, method, counts, group_layout, sync_every, given, progress, kw)
     if co_design is not None:
         knob_spec(co_design, system)
         return _co_designed(system, model, method, co_design, start, progress, kw)
+    if q is not None:
+        return _robust(system, model, method, q, draws, uncertainty_seed, objective_rounds, guard, progress, kw)
     with Progress(progress, budget_s, iterations, f"search {method}") as bar:
         return _search(system, model, method, guard=guard, on_round=bar.update, **kw)
+
+
+# the methods whose plan is the candidate of least score (an objective changes which that is);
+# greedy, exact and hugectr build theirs by their own rules
+OBJECTIVE_METHODS = ("gradient", "random", "evolutionary")
+
+
+def _checked_objective(objective, draws, uncertainty_seed, method, co_design) -> float | None:
+    """The objective's quantile (None: nominal), checked with what it is searched with."""
+    from ..uncertainty.robust import check_objective_draws, parse_objective
+    from ..uncertainty.propagate import check_seed
+    q = parse_objective(objective)
+    if q is None:
+        for name, v in (("draws", draws), ("uncertainty_seed", uncertainty_seed)):
+            if v is not None:
+                raise ConfigError("", name, f"is for an objective over draws (objective 'p90', say); the objective is "
+                                  f"{objective!r}")
+        return None
+    if draws is not None:
+        check_objective_draws(draws)
+    if uncertainty_seed is not None:
+        check_seed(uncertainty_seed, "uncertainty_seed")
+    if method not in OBJECTIVE_METHODS:
+        raise ConfigError("", "objective", f"is {objective!r}, which is for the methods that score candidate plans "
+                          f"({', '.join(OBJECTIVE_METHODS)}); {method} builds its plan by its own rule (give "
+                          "objective 'nominal' with it)")
+    if co_design is not None:
+        raise ConfigError("", "objective", f"is {objective!r}: co-design searches the nominal step only (give "
+                          "objective 'nominal' with co_design)")
+    return q
+
+
+def robust_iterations(system: System, model: RankingModel, draws: int) -> int:
+    """The rounds the objective's pass takes when iterations="auto": ROBUST_WORK / (tables x
+    devices x draws), within ROBUST_ITERATIONS. Its rounds score every candidate at every draw."""
+    return int(np.clip(ROBUST_WORK / (model.tables.count * system.num_chips * draws), *ROBUST_ITERATIONS))
+
+
+# A round of the objective's pass prices each candidate at K draws (at K = 64 some 30 times a nominal
+# round's cost): this keeps the pass near the nominal search's time on a 2-core CPU (MLPerf on h100-64:
+# 60 rounds, about 35 s, beside the nominal search's 50 s)
+ROBUST_WORK = 6.4e6
+ROBUST_ITERATIONS = (20, 1000)
+
+
+def _robust(system, model, method, q, draws, uncertainty_seed, iterations, guard, progress, kw) -> SearchResult:
+    """The nominal search, then the objective's pass from its plan, the plan of lower objective of
+    the two, and both plans at the check's draws (search's objective)."""
+    from ..uncertainty import robust as rb
+    K = rb.DEFAULT_OBJECTIVE_DRAWS if draws is None else int(draws)
+    useed = 0 if uncertainty_seed is None else int(uncertainty_seed)
+    objective_draws = rb.make_draws(system, model, q, K, useed)      # refuses a problem with no uncertain inputs
+    budget = Budget(seconds=kw["budget_s"])
+    name = rb.objective_name(q)
+    with Progress(progress, kw["budget_s"], kw["iterations"], f"search {method} (nominal)") as bar:
+        nominal = _search(system, model, method, guard=guard, on_round=bar.update, **kw)
+    left = None if kw["budget_s"] is None else max(kw["budget_s"] - budget.elapsed(), 1e-3)
+    # the objective's pass refines the nominal-best plan: the gradient method's local search and
+    # kicks under the objective (its relaxed restarts and population, which explore for the
+    # nominal pass, would price every one of their candidates at every draw)
+    options = dataclasses.replace(kw["options"], start=nominal.plan, relaxed=False, population=False)
+    with Progress(progress, left, iterations, f"search {method} ({name} over {K} draws)") as bar:
+        r = _search(system, model, method, guard=guard, on_round=bar.update, draws=objective_draws,
+                    reference=nominal.plan, **dict(kw, budget_s=left, iterations=iterations, options=options))
+    check = rb.compare(system, model, r.plan, nominal.plan, q, seed=rb.check_seed_of(useed),
+                       progress=f"{name} check" if progress else None)
+    info = dict(r.notes.pop("objective"), objective=name, q=q, draws=K, seed=useed,
+                inputs=len(objective_draws.spec), iterations=iterations, check=check)
+    # the notes of both passes: the phases in order (the objective's named after it), the counts summed
+    notes = dict(nominal.notes, **r.notes, objective=info)
+    notes["phases"] = nominal.notes["phases"] + [dict(ph, name=f"{name} {ph['name']}") for ph in r.notes["phases"]]
+    for k in ("kicks", "relaxed_batches", "gradient_steps", "generations"):
+        if k in nominal.notes and k in r.notes:
+            notes[k] = nominal.notes[k] + r.notes[k]
+    if "progress" in r.notes:     # the objective's values, in seconds since the call (the nominal pass first)
+        notes["progress"] = [[round(t + nominal.wall_s, 4), v] for t, v in r.notes["progress"]]
+    return dataclasses.replace(r, notes=notes, wall_s=budget.elapsed(), iterations=nominal.iterations + r.iterations,
+                               evaluations=nominal.evaluations + r.evaluations,
+                               converged=nominal.converged and r.converged, nominal=nominal)
 
 
 SCREEN_AT = 3          # more replica counts than this are screened by their greedy plans first
@@ -355,7 +457,23 @@ def _co_designed(system, model, method, knob, start, progress, kw) -> SearchResu
                         system=sys_v, iterations=info["iterations"], stopped=info["stopped"])
 
 
-def make_problem(system, model, *, precisions, sharding_types, freeze_settings, guard=None, limits=None) -> Problem:
+def _kept(p: Problem, found: Plan, reference: Plan | None, broken: bool) -> dict:
+    """The objective's values (p's hard score: the quantile over its draws, INFEASIBLE or more for a
+    plan over memory) of the plan the pass found and of `reference`, and which is kept: the
+    reference where it scores lower (or the found plan breaks the constraints), so the pass never
+    returns a plan of higher objective than the nominal-best plan's (a sampler's pass does not start
+    from it)."""
+    value = lambda plan: float(p.details(plan)[5])
+    out = {"found_s": value(found), "kept": "search"}
+    if reference is not None:
+        out["nominal_best_s"] = value(reference)
+        if broken or out["nominal_best_s"] < out["found_s"]:
+            out["kept"] = "nominal-best plan"
+    return out
+
+
+def make_problem(system, model, *, precisions, sharding_types, freeze_settings, guard=None, limits=None,
+                 draws=None) -> Problem:
     """The search problem: the allowed choices as masks (a guard's unpriced types disallowed, the
     per-table constraints' limits applied)."""
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
@@ -378,17 +496,20 @@ def make_problem(system, model, *, precisions, sharding_types, freeze_settings, 
         if lost:
             raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
         masks = dataclasses.replace(masks, types=types)
-    return Problem(system, model, masks, guard=guard, freeze_settings=freeze_settings, limits=limits)
+    return Problem(system, model, masks, guard=guard, freeze_settings=freeze_settings, limits=limits, draws=draws)
 
 
 def _search(system, model, method, *, seed, budget_s, iterations, precisions, sharding_types, freeze_settings,
-            options, guard=None, on_round=None, constraints=(None, None)) -> SearchResult:
+            options, guard=None, on_round=None, constraints=(None, None), draws=None, reference=None) -> SearchResult:
+    """One search of a 1D plan. draws (uncertainty.robust.Draws): candidates score the objective's
+    quantile over them; `reference` (a plan, the nominal search's) is then returned instead where
+    its objective is lower than the found plan's, and notes["objective"] holds both values."""
     budget = Budget(iterations=iterations, seconds=budget_s)
     given, limits = constraints
     if method == "exact" and limits is not None:
         exact_admits(system, model, limits, given)
     p = make_problem(system, model, precisions=precisions, sharding_types=sharding_types,
-                     freeze_settings=freeze_settings, guard=guard, limits=limits)
+                     freeze_settings=freeze_settings, guard=guard, limits=limits, draws=draws)
     out = run(make_method(method, options.start, options, p), p, seed, budget, on_round)
     plan = out.plan
     if isinstance(plan, PlanArrays):            # a sampler's best: its one-hot arrays
@@ -396,10 +517,14 @@ def _search(system, model, method, *, seed, budget_s, iterations, precisions, sh
         if freeze_settings:
             plan = p.with_settings_of(options.start or greedy_plan(system, model, p.masks))(plan)
     broken = plan_violations(plan, given, system, model) if limits is not None else []
-    if broken:       # a sampler that drew no plan keeping them (a search from a start always keeps them)
+    if broken and reference is None:       # a sampler that drew no plan keeping them (a search from a start always keeps them)
         raise ConfigError("constraints", broken[0][0], f"{method} found no plan that keeps the constraints in "
                           f"{iterations} rounds ({broken[0][1]}); give it more iterations or use gradient")
     notes = dict(out.notes)
+    if draws is not None:
+        notes["objective"] = _kept(p, plan, reference, bool(broken))
+        if notes["objective"]["kept"] == "nominal-best plan":
+            plan = reference
     evaluations = notes.pop("evaluations", 0)
     if method not in ("greedy", "exact") and not method.startswith("hugectr"):
         notes["progress"] = out.progress

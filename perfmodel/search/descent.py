@@ -144,7 +144,8 @@ def _single_moves(p: Problem, d: Descent):
         due = p.exhaustive or best_plan is None or d.rounds % SETTINGS_EVERY == 0
         settings = (settings if settings is not None else mv.setting_changes(p, plan)) if due else []
         if settings:
-            set_scores = score_settings(p.system, p.model, settings, pa, tie=True, guard=p.guard)
+            set_scores = score_settings(p.system, p.model, settings, pa, tie=True, guard=p.guard, draws=p.draws,
+                                        size=p.max_batch if p.draws is not None else None)
     if settings:
         j = int(np.argmin(set_scores))
         if set_scores[j] < best * LOWER:
@@ -155,7 +156,7 @@ def _single_moves(p: Problem, d: Descent):
 def _ranked(p: Problem, d: Descent):
     """A large instance's round by first-order ranking: the table moves and swaps of lowest estimate,
     a batch of each; while none improves, the next batches, up to RANKED_BATCHES of each."""
-    g = fo.as_numpy(fo.gradient(p.system, p.model, d.pa, p.guard))
+    g = fo.as_numpy(fo.gradient(p.system, p.model, d.pa, p.guard, p.draws))
     c_all, est, tie = fo.table_estimates(p, d.plan, d.pa, g, d.memory, d.loads, bool((d.memory > d.cap).any()))
     a_all, b_all, swap_est = fo.swap_estimates(p, d.plan, g)
     order, swap_order = fo.ranked(est, tie), fo.ranked(swap_est)

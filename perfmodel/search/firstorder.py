@@ -30,14 +30,16 @@ from .score import scores
 TAU = 0.02          # relative temperature of the smooth max the gradient is taken through
 
 
-def _smooth_tie(system, model, pa, guard):
-    return scores(system, model, pa, guard, TAU)[1]
+def _smooth_tie(system, model, pa, guard, draws):
+    return scores(system, model, pa, guard, TAU, draws=draws)[1]
 
 
 @jit(quick=True)
-def gradient(system, model, pa, guard=None):
-    """d (tie-broken score at temperature TAU) / d plan arrays, at the plan `pa`."""
-    return jax.grad(_smooth_tie, argnums=2)(system, model, pa, guard)
+def gradient(system, model, pa, guard=None, draws=None):
+    """d (tie-broken score at temperature TAU) / d plan arrays, at the plan `pa`. With a search
+    objective's draws, of its quantile over the draws (uncertainty.robust: the quantile's
+    derivative exists almost everywhere, through the draws at the order statistics it takes)."""
+    return jax.grad(_smooth_tie, argnums=2)(system, model, pa, guard, draws)
 
 
 def as_numpy(g):

@@ -34,6 +34,8 @@ class Problem:
     freeze_settings: bool = False
     max_batch: int = 0                   # plans per scoring call (0: score.batch_size)
     limits: object = None                # plan.Limits: plans that break them score as VIOLATED
+    draws: object = None                 # uncertainty.robust.Draws: a feasible plan scores the objective's
+                                         # quantile of its step over them (score.scores)
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -56,9 +58,13 @@ class Problem:
         put = lambda k, v: object.__setattr__(self, k, v)
         put("T", T), put("D", D), put("L", system.domain_size), put("H", system.num_domains)
         put("max_batch", self.max_batch or sc.batch_size(system, model))
+        if self.draws is not None:           # each plan priced at every draw: fewer plans a call
+            from ..uncertainty.robust import plans_per_call
+            put("max_batch", min(self.max_batch, plans_per_call(self.draws, self.max_batch)))
         put("exhaustive", sc.is_exhaustive(system, model))
         put("in_program", sc.in_program(system, model))
-        put("eager", sc.eager(system, model))
+        # the objective's draws are priced in the compiled scorer only
+        put("eager", sc.eager(system, model) and self.draws is None)
         put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
@@ -96,8 +102,9 @@ class Problem:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
         no plan changes, carries the batch axis; the scores float32, as compiled)."""
-        if not eager:
-            return tuple(np.asarray(x) for x in sc.details(self.system, self.model, pa, self.guard, self.limits)[:6])
+        if not eager or self.draws is not None:      # the objective's draws: compiled only
+            return tuple(np.asarray(x) for x in
+                         sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6])
         system, model, guard = self.numpy_problem
         score, tie, bd, per_device = sc.scores(system, model, as_numpy(stack([pa])), guard, limits=self.limits)
         first = lambda x: np.asarray(x)[0]
@@ -109,14 +116,18 @@ class Problem:
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
-        return float(sc.details(self.system, self.model, pa, self.guard, self.limits)[0])
+        return float(sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[0])
 
     def breakdown(self, plan: Plan):
         """The plan's Breakdown, as evaluate() gives it (from the compiled program the search uses)."""
-        return sc.details(self.system, self.model, self.arrays(plan), self.guard, self.limits)[6]
+        return sc.details(self.system, self.model, self.arrays(plan), self.guard, self.limits, self.draws)[6]
 
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
-        """[2, n] hard and tie-broken scores of a batch under this problem's guard; eager: in numpy."""
+        """[2, n] hard and tie-broken scores of a batch under this problem's guard (and objective's
+        draws: compiled, max_batch plans a call); eager: in numpy."""
+        if self.draws is not None:
+            return sc.score_pairs(self.system, self.model, batch, self.guard, False, self.limits, self.draws,
+                                  self.max_batch)
         system, model, guard = self.numpy_problem if eager else (self.system, self.model, self.guard)
         return sc.score_pairs(system, model, batch, guard, eager, self.limits)
 

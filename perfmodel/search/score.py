@@ -35,14 +35,16 @@ EXHAUSTIVE = 4096     # tables x devices up to which every move is tried (a "sma
 PROGRAM_BATCH_BYTES = 32 << 20
 
 
-def score_of(bd, over_guard=None):
-    """Feasible plans score their step time; infeasible ones INFEASIBLE x (1 + memory over capacity
+def score_of(bd, over_guard=None, step=None):
+    """Feasible plans score their step time (`step` where given: a search objective's, as
+    uncertainty.robust.Draws.step); infeasible ones INFEASIBLE x (1 + memory over capacity
     + over_guard: how far over a guard's cap, guard.ShardCosts.over)."""
     xp = xp_of(bd.memory_bytes)
+    step = bd.step_s if step is None else step
     over = xp.sum(xp.maximum(bd.memory_bytes - bd.capacity_bytes, 0.0), axis=-1) / bd.capacity_bytes
     if over_guard is None:
-        return xp.where(bd.feasible, bd.step_s, INFEASIBLE * (1.0 + over))
-    return xp.where(bd.feasible & (over_guard <= 0), bd.step_s, INFEASIBLE * (1.0 + over + over_guard))
+        return xp.where(bd.feasible, step, INFEASIBLE * (1.0 + over))
+    return xp.where(bd.feasible & (over_guard <= 0), step, INFEASIBLE * (1.0 + over + over_guard))
 
 
 def loads(bd, emb):
@@ -74,11 +76,14 @@ def constrained(score, pa, limits):
     return xp_of(score).where(bad > 1e-4, VIOLATED * (1.0 + bad), score)
 
 
-def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
+def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None, draws=None):
     """(score, tie-broken score, Breakdown, resource loads [R, D]) of one plan (a batch in numpy).
     With a guard (guard.ShardCosts), a plan over its cap scores as one over memory, and the guard's
     per-device sums are one more resource; with limits (plan.Limits), a plan that breaks them
-    scores VIOLATED or more. tau > 0: the smooth evaluation (first-order estimates)."""
+    scores VIOLATED or more. tau > 0: the smooth evaluation (first-order estimates). draws
+    (uncertainty.robust.Draws; compiled only): a feasible plan scores the objective's quantile of
+    its step over the draws instead of its step; feasibility, the Breakdown and the loads the
+    tie-breaker and the moves read stay the nominal ones."""
     bd, emb = step_model(system, model, pa, tau)
     per_device = loads(bd, emb)
     over_guard = None
@@ -86,20 +91,21 @@ def scores(system, model, pa, guard=None, tau: float = 0.0, limits=None):
         by_guard = guard.loads(pa, system.domain_sizes)
         xp = xp_of(by_guard)
         per_device, over_guard = xp.concatenate([per_device, by_guard[..., None, :]], axis=-2), guard.over(by_guard)
-    score = constrained(score_of(bd, over_guard), pa, limits)
+    step = None if draws is None else draws.step(system, model, pa, tau)
+    score = constrained(score_of(bd, over_guard, step), pa, limits)
     return score, score * (1.0 + TIE * spread(per_device)), bd, per_device
 
 
 @jit(export=True)
-def _score_batch(system, model, batch, guard=None, limits=None):
-    return jax.vmap(lambda p: scores(system, model, p, guard, limits=limits)[:2])(batch)
+def _score_batch(system, model, batch, guard=None, limits=None, draws=None):
+    return jax.vmap(lambda p: scores(system, model, p, guard, limits=limits, draws=draws)[:2])(batch)
 
 
 @jit(quick=True, export=True)     # one call per round: quick to compile, under 2 ms a call
-def details(system, model, pa, guard=None, limits=None):
+def details(system, model, pa, guard=None, limits=None, draws=None):
     """Tie-broken score; per device compute busy and memory; the capacity; resource loads [R, D];
     the score; the Breakdown."""
-    score, tie, bd, per_device = scores(system, model, pa, guard, limits=limits)
+    score, tie, bd, per_device = scores(system, model, pa, guard, limits=limits, draws=draws)
     return tie, bd.compute_s, bd.memory_bytes, bd.capacity_bytes, per_device, score, bd
 
 
@@ -130,15 +136,17 @@ def eager(system: System, model: RankingModel) -> bool:
 
 
 def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=None, eager: bool = False,
-                limits=None) -> np.ndarray:
+                limits=None, draws=None, size: int | None = None) -> np.ndarray:
     """[2, n]: the hard and the tie-broken scores of a batch of plans, in chunks padded to one fixed
-    size (one compile per problem). eager=True: in numpy, by the same cost functions
-    (cost.arrays), with no program to compile; the scores agree with the compiled ones to float32
-    rounding."""
+    size (`size`, default batch_size: one compile per problem). eager=True: in numpy, by the same
+    cost functions (cost.arrays), with no program to compile; the scores agree with the compiled
+    ones to float32 rounding. draws: a search objective's (scores), compiled only."""
     if eager:
+        if draws is not None:
+            raise ValueError("a search objective's draws are scored compiled, not eager")
         sc, tie, _, _ = scores(as_numpy(system), as_numpy(model), as_numpy(batch), guard, limits=limits)
         return np.stack([sc, tie]).astype(np.float32)
-    size = batch_size(system, model)
+    size = size or batch_size(system, model)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     out = []
     for s in range(0, n, size):
@@ -147,14 +155,14 @@ def score_pairs(system: System, model: RankingModel, batch: PlanArrays, guard=No
         if m < size:       # numpy batches padded in numpy: no op-by-op dispatch
             xp = lambda x: np if isinstance(x, np.ndarray) else jnp
             chunk = jax.tree_util.tree_map(lambda x: xp(x).concatenate([x, xp(x).repeat(x[:1], size - m, axis=0)]), chunk)
-        out.append(np.stack([np.asarray(x) for x in _score_batch(system, model, chunk, guard, limits)])[:, :m])
+        out.append(np.stack([np.asarray(x) for x in _score_batch(system, model, chunk, guard, limits, draws)])[:, :m])
     return np.concatenate(out, axis=1)
 
 
 def score_plans(system: System, model: RankingModel, batch: PlanArrays, tie: bool = False, guard=None,
-                eager: bool = False, limits=None) -> np.ndarray:
+                eager: bool = False, limits=None, draws=None, size: int | None = None) -> np.ndarray:
     """Hard scores of a batch of plans (tie=True: the tie-broken ones): a row of score_pairs."""
-    return score_pairs(system, model, batch, guard, eager, limits)[int(tie)]
+    return score_pairs(system, model, batch, guard, eager, limits, draws, size)[int(tie)]
 
 
 def in_batches(n: int, size: int, scores_from) -> np.ndarray:
@@ -202,13 +210,15 @@ def settings_batch(plans: list, size: int) -> dict:
 
 
 def score_settings(system: System, model: RankingModel, plans: list, tables: PlanArrays, tie: bool = False,
-                   guard=None, eager: bool = False) -> np.ndarray:
+                   guard=None, eager: bool = False, draws=None, size: int | None = None) -> np.ndarray:
     """score_plans of `plans` that differ in their settings only, sharing `tables` (plan_arrays of
     one of them): only their settings are stacked, and the tables broadcast (in_program: in a
-    compiled program, a batch of batch_size at a time; else in numpy). eager: scored in numpy too."""
+    compiled program, a batch of batch_size at a time; else in numpy). eager: scored in numpy too.
+    draws, size: a search objective's draws and the plans per scoring call (score_pairs)."""
     if not in_program(system, model):
         return score_plans(system, model, with_settings(tables, settings_batch(plans, len(plans)), np), tie, guard,
-                           eager)
-    size = batch_size(system, model)
+                           eager, draws=draws, size=size)
+    size = size or batch_size(system, model)
     return in_batches(len(plans), size, lambda s: score_plans(
-        system, model, _with_settings(tables, settings_batch(plans[s:s + size], size)), tie, guard))
+        system, model, _with_settings(tables, settings_batch(plans[s:s + size], size)), tie, guard, draws=draws,
+        size=size))
