@@ -46,6 +46,8 @@ MTIA_PCIE_GBPS = 630    # a PCIe-attached MTIA NIC as on a GPU host: one Gen5 x1
 SCALING_CHIPS = (16, 64, 256)
 TWO_D = "auto"          # the scaling figure's 2D series: the replica counts its searches may take
 SCHEMA = 1
+DRAWS = 1000            # the error bars: p10-p90 over this many draws of the inputs and the model's error
+DRAW_SEED = 0
 
 
 # ------------------------------------------------------------------------------------------ points
@@ -120,6 +122,21 @@ def write_json(out: Path, name: str, points: list[dict], make, **extra) -> None:
     (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
+def _drawn(recs: list[dict], model, error_groups=None) -> list:
+    """Each record's point at its stored plan over the figures' draws (uncertainty.propagate): the
+    same draws for every point, the model's error per machine type unless error_groups say."""
+    from .plan import plan_from_dict
+    from .uncertainty.propagate import propagate
+    probs = [problem(r, model) for r in recs]
+    plans = [plan_from_dict(r["plan"], s, m) for r, (s, m) in zip(recs, probs)]
+    return propagate([s for s, _ in probs], [m for _, m in probs], plans, DRAWS, DRAW_SEED, error_groups=error_groups)
+
+
+def _about(res) -> dict:
+    from .uncertainty.report import about
+    return {**about(res), "draws": DRAWS, "seed": DRAW_SEED}
+
+
 def _fig(nrows, ncols, size):
     import matplotlib.pyplot as plt
     return plt.subplots(nrows, ncols, figsize=size, layout="constrained", squeeze=False)
@@ -184,11 +201,20 @@ def two_d_points(name: str, model) -> list[tuple]:
 
 def breakdown(out: Path, pts: Points):
     from . import plots
+    from .uncertainty.report import interval, ratio
     res = {name: pts(name) for name in SYSTEMS}
-    ax = plots.breakdown({k: bd for k, (bd, _) in res.items()},
-                         title=f"{MODEL} on 64 chips, each with its searched plan: where the step goes (slowest device)")
+    drawn = dict(zip(SYSTEMS, _drawn([r for _, r in res.values()], pts.model)))
+    q = {k: interval(u.samples["step_s"], u.nominal["step_s"]) for k, u in drawn.items()}
+    ax = plots.breakdown({k: bd for k, (bd, _) in res.items()}, intervals={k: (v["p10"], v["p90"]) for k, v in q.items()},
+                         title=f"{MODEL} on 64 chips, each with its searched plan: where the step goes (slowest device; "
+                               f"bars: p10-p90 of the step over {DRAWS:,} draws)")
     plots.save_figure(ax, out / "breakdown.png", overwrite=True)
-    write_json(out, "breakdown", [r for _, r in res.values()], pts.make)
+    fast, slow = ATTRIBUTION[1], ATTRIBUTION[0]        # the headline: the H100 system against MTIA 300
+    versus = ratio(drawn[slow], drawn[fast])
+    versus["prob_faster"] = 1.0 - versus["prob_faster"]     # that the faster of the two (MTIA 300) is faster
+    write_json(out, "breakdown", [r for _, r in res.values()], pts.make,
+               uncertainty={**_about(drawn[SYSTEMS[0]]), "step_s": q,
+                            "versus": {"system": fast, "other": slow, "step_ratio": versus}})
 
 
 def attribution(out: Path, pts: Points):
@@ -203,15 +229,32 @@ def attribution(out: Path, pts: Points):
     ref = pts(ref_name)[1]
     shares = shapley({S: -t for S, t in steps.items()}, list(factors))
     base, every, goal = steps[frozenset()], steps[frozenset(factors)], ref["values"]["step_s"]
+    sd = attribution_draws_of(recs, ref, combos, list(factors), pts.model)
+    from .uncertainty.report import quantiles, shares_dict
+    span = lambda x: (quantiles(x)["p10"], quantiles(x)["p90"])
+    neg = lambda x: span(-x)
     labels = [sys_name] + [f"+ {f}" for f in factors] + ["everything else", ref_name]
-    fig, axes = _fig(1, 1, (9, 4.6))
+    fig, axes = _fig(1, 1, (9, 4.9))
     plots.waterfall(base, [-shares[f] for f in factors] + [goal - every], goal, labels, ax=axes[0, 0],
+                    intervals=[span(sd.steps[frozenset()])] + [neg(sd.shares[f]) for f in factors]
+                    + [neg(sd.rest), span(sd.reference)],
                     title=f"{MODEL}: {sys_name} given {ref_name}'s features, each combination re-searched "
-                          f"(Shapley shares; {pts.make.label})")
+                          f"(Shapley shares; {pts.make.label}; bars and brackets: p10-p90 over {DRAWS:,} draws)")
     plots_save(fig, out / "attribution.png")
     write_json(out, "attribution", recs + [ref], pts.make, system=sys_name, reference=ref_name,
                factors=factors, combinations=[sorted(S) for S, _ in combos],
-               shares_s=shares, gap_s=base - goal, rest_s=every - goal)
+               shares_s=shares, gap_s=base - goal, rest_s=every - goal, uncertainty=shares_dict(sd))
+
+
+def attribution_draws_of(recs: list[dict], ref: dict, combos, factors: list[str], model):
+    """The attribution's shares at the figures' draws (uncertainty.propagate.shares_draws), from the
+    stored points: each combination's system, model and plan, and the reference's."""
+    from .plan import plan_from_dict
+    from .uncertainty.propagate import shares_draws
+    probs = [problem(r, model) for r in recs]
+    parts = [(S, s, m, plan_from_dict(r["plan"], s, m)) for (S, _), r, (s, m) in zip(combos, recs, probs)]
+    rs, rm = problem(ref, model)
+    return shares_draws(factors, parts, (rs, rm, plan_from_dict(ref["plan"], rs, rm)), DRAWS, DRAW_SEED)
 
 
 def plots_save(fig, path: Path) -> None:
@@ -221,19 +264,27 @@ def plots_save(fig, path: Path) -> None:
 
 def tradeoff(out: Path, pts: Points):
     from . import plots
+    from .uncertainty.report import interval
     fig, axes = _fig(1, 2, (13, 4.8))
     records = []
     for ax, (name, extra, title) in zip(axes[0], _tradeoff_panels()):
-        rows = []
+        rows, recs = [], []
         for knobs in _tradeoff_knobs(extra):
             _, rec = pts(name, knobs)
-            records.append(rec)
+            recs.append(rec)
             rows.append(dict(knobs, step_ms=rec["values"]["step_s"] * 1e3, feasible=bool(rec["values"]["feasible"])))
-        plots.tradeoff(_table(rows, [*TRADEOFF, "step_ms", "feasible"]), ax=ax, title=title)
+        drawn = _drawn(recs, pts.model, error_groups=[0] * len(recs))     # variants of one machine: one error
+        for row, rec, u in zip(rows, recs, drawn):
+            q = interval(u.samples["step_s"])
+            row.update({f"step_ms_{k}": v * 1e3 for k, v in q.items()})
+            rec["interval"] = {"step_s": q}
+        records += recs
+        plots.tradeoff(_table(rows, [*TRADEOFF, "step_ms", "step_ms_p10", "step_ms_p50", "step_ms_p90", "feasible"]),
+                       ax=ax, title=title)
     fig.suptitle(f"{MODEL}: step time vs scale-out NIC bandwidth (each point with its searched plan: "
-                 f"{pts.make.label})", fontsize=11)
+                 f"{pts.make.label}; bands: p10-p90 over {DRAWS:,} draws)", fontsize=11)
     plots_save(fig, out / "tradeoff.png")
-    write_json(out, "tradeoff", records, pts.make, vary=TRADEOFF)
+    write_json(out, "tradeoff", records, pts.make, vary=TRADEOFF, uncertainty={"draws": DRAWS, "seed": DRAW_SEED})
 
 
 def timeline(out: Path, pts: Points):
@@ -251,29 +302,38 @@ def timeline(out: Path, pts: Points):
 
 def scaling(out: Path, pts: Points):
     from . import plots
+    from .uncertainty.propagate import quantiles
     fig, axes = _fig(1, 2, (13, 4.8))
     records, series = [], {}
     for ax, fam in zip(axes[0], ("mtia300", "h100")):
         rows = []
         for mode in ("strong", "weak", "weak 2D"):
-            mine = []
+            mine, recs = [], []
             for n in SCALING_CHIPS:
                 where = pts.two_d if mode == "weak 2D" else pts
                 _, rec = where(f"{fam}-{n}", global_batch=_scaling_batch(pts.model, mode.split()[0], n))
                 rec = dict(rec, series="2D") if mode == "weak 2D" else rec
-                records.append(rec)
+                recs.append(rec)
                 mine.append(dict(chips=n, mode=mode, samples_per_s=rec["values"]["samples_per_s"]))
-            thr0 = mine[0]["samples_per_s"]
-            for r in mine:
+            records += recs
+            # the sizes of one family share their inputs' draws and the model's error: efficiency draw by draw
+            drawn = _drawn(recs, pts.model, error_groups=[0] * len(recs))
+            thr0, draws0 = mine[0]["samples_per_s"], drawn[0].samples["samples_per_s"]
+            for r, u in zip(mine, drawn):
                 r["efficiency"] = r["samples_per_s"] / thr0 / (r["chips"] / SCALING_CHIPS[0])
+                thr = u.samples["samples_per_s"]
+                for col, x in (("samples_per_s", thr), ("efficiency", thr / draws0 / (r["chips"] / SCALING_CHIPS[0]))):
+                    r.update({f"{col}_{k}": v for k, v in quantiles(x).items()})
             rows += mine
-            series[f"{fam} {mode}"] = {str(r["chips"]): {"samples_per_s": r["samples_per_s"],
-                                                         "efficiency": r["efficiency"]} for r in mine}
-        plots.scaling(_table(rows, ["chips", "mode", "samples_per_s", "efficiency"]), ax=ax,
-                      title=f"{MODEL} on {fam}, searched plan per size (2D: replicas searched)")
+            series[f"{fam} {mode}"] = {str(r["chips"]): {k: v for k, v in r.items() if k not in ("chips", "mode")}
+                                       for r in mine}
+        cols = ["chips", "mode"] + [f"{c}{q}" for c in ("samples_per_s", "efficiency") for q in ("", "_p10", "_p50", "_p90")]
+        plots.scaling(_table(rows, cols), ax=ax,
+                      title=f"{MODEL} on {fam}, searched plan per size (2D: replicas searched; bands: p10-p90 over "
+                            f"{DRAWS:,} draws)")
     plots_save(fig, out / "scaling.png")
     write_json(out, "scaling", records, pts.make, chips=list(SCALING_CHIPS), series=series,
-               plan_2d=pts.two_d.make.label)
+               plan_2d=pts.two_d.make.label, uncertainty={"draws": DRAWS, "seed": DRAW_SEED})
 
 
 def pareto(out: Path, pts: Points):

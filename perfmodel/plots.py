@@ -28,7 +28,7 @@ from .analysis.table import columns
 from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown
 from .files import check_output, check_place, open_new
-from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices, sample_devices
+from .trace import COMPUTE_PHASES, check_times, device_slices, pick_devices
 
 PHASE_COLORS = {
     "bottom_fwd": "#9ecae1", "top_fwd": "#4292c6", "top_bwd": "#2171b5", "bottom_bwd": "#6baed6",
@@ -108,8 +108,9 @@ def _value_label(name: str, v) -> str:
 
 # ------------------------------------------------------------------------------------------ breakdown
 
-def breakdown(results, ax=None, title: str | None = None):
-    """Stacked phase breakdown per system. `results`: {label: Breakdown} (or (label, Breakdown) pairs).
+def breakdown(results, ax=None, title: str | None = None, intervals: dict | None = None):
+    """Stacked phase breakdown per system. `results`: {label: Breakdown} (or (label, Breakdown) pairs);
+    `intervals`: {label: (p10, p90)} of the step in seconds, drawn as an error bar at its end.
 
     Two bars per system. "compute": the slowest device's compute phases (busy time), the interference
     added by overlapping collectives and the exposed communication up to the step time; it adds up
@@ -150,7 +151,13 @@ def breakdown(results, ax=None, title: str | None = None):
             seen[k] = ax.barh(y - 1, total - left, left=left, height=0.8, color=PHASE_COLORS[k], edgecolor="white",
                               lw=0.5, label="other communication (chunking, parameter all-gather)")
         ax.plot([step * 1e3] * 2, [y + 0.5, y - 1.5], color="black", lw=1.2)
-        ax.text(step * 1e3, y + 0.55, f" {step * 1e3:#.3g} ms, {float(bd.samples_per_s) / 1e6:#.3g} M samples/s",
+        band = ""
+        if intervals and label in intervals:
+            lo, hi = (v * 1e3 for v in intervals[label])
+            ax.errorbar([step * 1e3], [y + 0.2], xerr=[[max(step * 1e3 - lo, 0.0)], [max(hi - step * 1e3, 0.0)]],
+                        fmt="none", ecolor="black", elinewidth=1.0, capsize=3)
+            band = f" (p10-p90 {lo:#.3g}-{hi:#.3g})"
+        ax.text(step * 1e3, y + 0.55, f" {step * 1e3:#.3g} ms{band}, {float(bd.samples_per_s) / 1e6:#.3g} M samples/s",
                 va="bottom", ha="right", fontsize=8)
         yt += [y, y - 1]
         yl += [f"{label}\ncompute (device {d})", "communication"]
@@ -343,9 +350,11 @@ def pareto(table, x: str = "usd_per_million_samples", y: str = "samples_per_s", 
 # ------------------------------------------------------------------------------------------ waterfall
 
 def waterfall(start_s: float, deltas_s: list[float], end_s: float, labels: list[str], ax=None,
-              title: str | None = None):
+              title: str | None = None, intervals: list | None = None):
     """Step time from `start_s` through each delta (green: faster, red: slower) to `end_s`, e.g. an
-    attribution's shares then its rest; labels: the start, one per delta, the end."""
+    attribution's shares then its rest; labels: the start, one per delta, the end. `intervals`: a
+    (p10, p90) in seconds for each bar (the start, each delta, the end; None where there is none),
+    drawn as an error bar at the bar's moving end and printed under its value."""
     ax = _ax(ax, (9, 4.6))
     ms = 1e3
     bottoms, heights, colors, level = [0.0], [start_s * ms], ["#7f7f7f"], start_s * ms
@@ -358,8 +367,19 @@ def waterfall(start_s: float, deltas_s: list[float], end_s: float, labels: list[
     heights.append(end_s * ms)
     colors.append("#1f77b4")
     ax.bar(range(len(labels)), heights, bottom=bottoms, color=colors)
+    # each bar's moving end: the level after it (a delta's bar runs from the level before to this)
+    ends = list(np.cumsum([start_s * ms, *(d * ms for d in deltas_s)])) + [end_s * ms]
+    values = [start_s, *deltas_s, end_s]
     for i, (b, h, d) in enumerate(zip(bottoms, heights, [None, *deltas_s, None])):
-        ax.text(i, b + h, f"{h:.3f} ms" if d is None else f"{d * ms:+.3f}", ha="center", va="bottom", fontsize=8)
+        text = f"{h:.3f} ms" if d is None else f"{d * ms:+.3f}"
+        iv = intervals[i] if intervals is not None else None
+        if iv is not None:
+            lo, hi = sorted(v * ms for v in iv)
+            x = values[i] * ms                 # the end moves by (p - value) as the value does
+            ax.errorbar([i], [ends[i]], yerr=[[max(x - lo, 0.0)], [max(hi - x, 0.0)]], fmt="none", ecolor="black",
+                        elinewidth=1.0, capsize=3)
+            text += f"\n[{lo:+.3f}, {hi:+.3f}]" if d is not None else f"\n[{lo:.3f}, {hi:.3f}]"
+        ax.text(i, b + h, text, ha="center", va="bottom", fontsize=7 if iv is not None else 8)
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("step time [ms]")
     ax.grid(axis="y", alpha=0.3)

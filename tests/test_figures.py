@@ -82,6 +82,14 @@ def test_readme_quotes_the_figures():
                   f"the bandwidth split {ms(shares['bandwidth split'])}",
                   f"the integrated NIC {ms(shares['integrated NIC'])}", f"the other {ms(a['rest_s'])}"):
         assert quote in text, quote
+    u, v = a["uncertainty"]["shares_s"], figs["breakdown"]["uncertainty"]["versus"]["step_ratio"]
+    span = lambda q: f"{q['p10'] * 1e3:.3f}-{q['p90'] * 1e3:.3f} ms"
+    for quote in (f"step is {v['nominal']:.2f}x MTIA 300's, {v['p10']:.2f}-{v['p90']:.2f}x from p10 to p90",
+                  f"MTIA 300 is the faster in {100 * v['prob_faster']:.0f} % of the draws",
+                  f"the message engines {ms(shares['message engines'])} (p10-p90 {span(u['message engines'])})",
+                  f"the integrated NIC {ms(shares['integrated NIC'])} ({span(u['integrated NIC'])})",
+                  f"the bandwidth split {ms(shares['bandwidth split'])} ({span(u['bandwidth split'])}"):
+        assert quote in text, quote
     for fam_mode, series in figs["scaling"]["series"].items():
         last = series[str(figs["scaling"]["chips"][-1])]
         assert f"{fam_mode} {100 * last['efficiency']:.0f} %" in text, fam_mode
@@ -94,3 +102,29 @@ def test_readme_quotes_the_figures():
     for p in figs["pareto"]["points"]:
         v = p["values"]
         assert f"{p['system']} {v['samples_per_s'] / 1e6:.1f} M samples/s at {v['power_W'] / 1e3:.1f} kW" in text, p["system"]
+
+
+def test_stored_intervals_are_the_models():
+    """The error bars drawn (the headline's ratio, the breakdown's steps and the attribution's shares)
+    are what today's inputs, model error and draws give at the stored plans: a change of a range or
+    of the model's error that moves them fails here until `make figures` redraws them."""
+    from perfmodel.figures import DRAW_SEED, DRAWS, _drawn, attribution_draws_of
+    from perfmodel.analysis.attribution import combinations
+    from perfmodel.uncertainty.report import interval, ratio
+    model = pm.load_model(MODEL)
+    figs = _figures()
+    b = figs["breakdown"]
+    assert (b["uncertainty"]["draws"], b["uncertainty"]["seed"]) == (DRAWS, DRAW_SEED)
+    drawn = dict(zip((p["system"] for p in b["points"]), _drawn(b["points"], model)))
+    for name, q in b["uncertainty"]["step_s"].items():
+        assert interval(drawn[name].samples["step_s"]) == pytest.approx({k: q[k] for k in ("p10", "p50", "p90")}, rel=1e-5)
+    v = b["uncertainty"]["versus"]
+    got = ratio(drawn[v["other"]], drawn[v["system"]])
+    assert got["p90"] == pytest.approx(v["step_ratio"]["p90"], rel=1e-5)
+    assert 1.0 - got["prob_faster"] == pytest.approx(v["step_ratio"]["prob_faster"])
+    a = figs["attribution"]
+    combos = [(frozenset(on), None) for on in a["combinations"]]
+    sd = attribution_draws_of(a["points"][:-1], a["points"][-1], combos, list(a["factors"]), model)
+    for f, q in a["uncertainty"]["shares_s"].items():
+        assert interval(sd.shares[f]) == pytest.approx(q, rel=1e-4, abs=1e-9), f
+    assert len(combinations(a["factors"])) == len(combos)

@@ -80,7 +80,7 @@ def _cmd_compare(args) -> int:
         res = propagate(systems, [model] * len(systems), [plans[s.name] for s in systems], progress="uncertainty",
                         **drawn)
         if att is not None:
-            shares = attribution_draws(att, drawn["draws"], drawn["seed"])
+            shares = attribution_draws(att, drawn["draws"], drawn["seed"], drawn["model_error"])
     if args.json:
         out = {"model": model.name, "plan": make.label,
                "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}

@@ -313,27 +313,35 @@ class SharesDrawn:
     draws: int
     seed: int
     inputs: int
+    model_error: ModelError = NO_MODEL_ERROR
 
 
-def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0) -> SharesDrawn:
+def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_error: ModelError | None = None) -> SharesDrawn:
     """The Shapley shares of an Attribution (analysis.attribution.attribute) at each of N draws of
     the inputs, every combination at the plan it was given: the combinations are variants of the
     system, so they share its inputs (a moved leaf keeps its own value, moved by the draw's factor:
-    inputs.leaf_spec), and the reference draws its own. The model's own error is left out: the
-    validation scores whole steps of built machines, and says nothing of the difference between a
-    machine and a variant of it; the shares' intervals are the inputs' alone."""
-    from ..analysis.attribution import shapley
+    inputs.leaf_spec), and the reference draws its own. The model's own error is one draw for the
+    system and its variants (one machine type: every combination's step moves by the same factor, and
+    so do the shares) and another for the reference."""
     if not att.problems:
         raise ConfigError("", "attribution", "holds no evaluated combinations (made by attribute())")
-    combos, (ref, ref_model, ref_plan) = att.problems
+    return shares_draws(list(att.factors), *att.problems, draws=draws, seed=seed, model_error=model_error)
+
+
+def shares_draws(factors: list[str], combos, reference, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                 model_error: ModelError | None = None) -> SharesDrawn:
+    """attribution_draws from the pieces: `combos` ((factors on, system, model, plan) of every
+    combination), `reference` ((system, model, plan)); model_error: None for the stored one."""
+    from ..analysis.attribution import shapley
+    ref, ref_model, ref_plan = reference
     systems = [s for _, s, _, _ in combos] + [ref]
     models = [m for _, _, m, _ in combos] + [ref_model]
     plans = [p for *_, p in combos] + [ref_plan]
-    res = propagate(systems, models, plans, draws, seed, NO_MODEL_ERROR, error_groups=[0] * len(systems),
+    res = propagate(systems, models, plans, draws, seed, model_error, error_groups=[0] * len(combos) + [1],
                     progress="uncertainty")
     steps = {S: r.samples["step_s"] for (S, *_), r in zip(combos, res[:-1])}
-    shares = shapley({S: -t for S, t in steps.items()}, list(att.factors))
+    shares = shapley({S: -t for S, t in steps.items()}, factors)
     ref_t = res[-1].samples["step_s"]
-    everything = frozenset(att.factors)
+    everything = frozenset(factors)
     return SharesDrawn(steps, ref_t, shares, steps[everything] - ref_t, steps[frozenset()] - ref_t,
-                       res[0].draws, seed, len({i.name for r in res for i in r.inputs}))
+                       res[0].draws, seed, len({i.name for r in res for i in r.inputs}), res[0].model_error)

@@ -107,7 +107,7 @@ def compare_lines(names: list[str], res: list[Uncertain]) -> list[str]:
 
 
 def shares_dict(sd) -> dict:
-    return {"draws": sd.draws, "seed": sd.seed, "inputs": sd.inputs, "model_error": None,
+    return {"draws": sd.draws, "seed": sd.seed, "inputs": sd.inputs, "model_error": sd.model_error.as_dict(),
             "gap_s": interval(sd.gap), "rest_s": interval(sd.rest),
             "shares_s": {f: interval(x) for f, x in sd.shares.items()},
             "share_of_gap": {f: interval(x / sd.gap) for f, x in sd.shares.items()}}
@@ -117,9 +117,9 @@ def shares_lines(sd) -> list[str]:
     d = shares_dict(sd)
     ms = lambda q: f"{q['p50'] * 1e3:.3f} ms [{q['p10'] * 1e3:.3f}, {q['p90'] * 1e3:.3f}]"
     pct = lambda q: f"{100 * q['p50']:.1f} % [{100 * q['p10']:.1f}, {100 * q['p90']:.1f}]"
-    out = [f"uncertainty of the shares: {sd.draws:,} draws (seed {sd.seed}) of {sd.inputs} uncertain inputs, each "
-           "combination at its plan (the inputs' spread alone: validation scores built machines, not a share); "
-           "p50 [p10, p90]:",
+    out = [f"uncertainty of the shares: {sd.draws:,} draws (seed {sd.seed}) of {sd.inputs} uncertain inputs and the "
+           "model's own error (one draw for the system and its variants, one for the reference), each combination at "
+           "its plan; p50 [p10, p90]:",
            f"  {'gap':<18} {ms(d['gap_s'])}"]
     for f in sd.shares:
         out.append(f"  {f:<18} {ms(d['shares_s'][f])}   {pct(d['share_of_gap'][f])} of the gap")
