@@ -328,9 +328,9 @@ def scaling(out: Path, pts: Points):
             series[f"{fam} {mode}"] = {str(r["chips"]): {k: v for k, v in r.items() if k not in ("chips", "mode")}
                                        for r in mine}
         cols = ["chips", "mode"] + [f"{c}{q}" for c in ("samples_per_s", "efficiency") for q in ("", "_p10", "_p50", "_p90")]
-        plots.scaling(_table(rows, cols), ax=ax,
-                      title=f"{MODEL} on {fam}, searched plan per size (2D: replicas searched; bands: p10-p90 over "
-                            f"{DRAWS:,} draws)")
+        plots.scaling(_table(rows, cols), ax=ax, title=f"{MODEL} on {fam}, searched plan per size (2D: replicas searched)")
+    fig.suptitle(f"bands: p10-p90 over {DRAWS:,} draws of the presets' uncertain inputs and the model's own error "
+                 "(the sizes of one family share both)", fontsize=10)
     plots_save(fig, out / "scaling.png")
     write_json(out, "scaling", records, pts.make, chips=list(SCALING_CHIPS), series=series,
                plan_2d=pts.two_d.make.label, uncertainty={"draws": DRAWS, "seed": DRAW_SEED})
