@@ -25,14 +25,14 @@ from .plan import from_arrays
 from .workload import EmbeddingTables, RankingModel, load_model, model_names
 from .analysis import KNOBS, knob, plan_for, planner, sensitivity, set_knobs, sweep
 from .analysis.scaling import compare, scaling
-from .analysis.attribution import attribute
+from .analysis.attribution import attribute, attribution_draws
 from .reference import load_spec as reference_spec, make_sharded_step as sharded_reference_step, make_step as reference_step
 from .calibrate import calibrate as calibrate_chip
 from .validate import load_datasets, validate as validate_published
 from .interop import dmp_collection_args, load_torchrec_plan, model_from_tables, to_torchrec_plan, torchrec_plan
 from .interop.hugectr import hugectr_plan
 from .uncertainty.inputs import inputs_of as uncertain_inputs
-from .uncertainty.propagate import attribution_draws, propagate, uncertainty
+from .uncertainty.propagate import propagate, uncertainty
 from .uncertainty.decompose import sources as uncertainty_sources
 
 __all__ = [

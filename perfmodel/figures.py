@@ -247,10 +247,10 @@ def attribution(out: Path, pts: Points):
 
 
 def attribution_draws_of(recs: list[dict], ref: dict, combos, factors: list[str], model):
-    """The attribution's shares at the figures' draws (uncertainty.propagate.shares_draws), from the
+    """The attribution's shares at the figures' draws (analysis.attribution.shares_draws), from the
     stored points: each combination's system, model and plan, and the reference's."""
     from .plan import plan_from_dict
-    from .uncertainty.propagate import shares_draws
+    from .analysis.attribution import shares_draws
     probs = [problem(r, model) for r in recs]
     parts = [(S, s, m, plan_from_dict(r["plan"], s, m)) for (S, _), r, (s, m) in zip(combos, recs, probs)]
     rs, rm = problem(ref, model)

@@ -1,10 +1,16 @@
-"""Readable tables and JSON-ready dicts of a Breakdown."""
+"""Readable tables and JSON-ready dicts of a Breakdown, the scalar figures a study reads off one
+(summarize: traceable, a sweep's and a draw's), and the progress bar every long command shows."""
 
 from __future__ import annotations
 
 import numpy as np
 
+import jax
+import jax.numpy as jnp
+
+from .config import quiet
 from .evaluate import COMM_PHASES, PHASES, Breakdown
+from .hardware import System, link_bandwidths
 
 STREAM = {p: ("comm" if p in COMM_PHASES else "compute") for p in PHASES}
 
@@ -133,3 +139,33 @@ def format_per_rank(rows: list[dict], max_rows: int = 16) -> str:
     if len(rows) > len(shown):
         lines.append(f"({len(rows) - len(shown)} less busy ranks not shown; --json lists every rank)")
     return "\n".join(lines)
+
+
+def summarize(bd: Breakdown, system: System) -> dict[str, jax.Array]:
+    """The scalar figures of one evaluation (traceable; the columns of a sweep table)."""
+    up, out = link_bandwidths(system)
+    res = {
+        "step_s": bd.step_s, "samples_per_s": bd.samples_per_s, "exposed_comm_s": bd.exposed_comm_s,
+        "comm_busy_s": bd.comm_s, "compute_busy_max_s": jnp.max(bd.compute_s),
+        "interference_max_s": jnp.max(bd.interference_s), "slowdown_max": jnp.max(bd.slowdown), "mfu": bd.mfu,
+        "memory_max_bytes": jnp.max(bd.memory_bytes), "memory_capacity_bytes": bd.capacity_bytes,
+        "host_memory_max_bytes": jnp.max(bd.host_memory_bytes), "feasible": bd.feasible,
+        "usd_per_million_samples": bd.usd_per_million_samples, "joules_per_sample": bd.joules_per_sample,
+        "scale_up_link_Bps": up + jnp.zeros(()), "scale_out_link_Bps": out + jnp.zeros(()),
+    }
+    for p in PHASES:
+        res[f"{p}_busy_max_s"] = jnp.max(bd.phase_s[p])
+    return res
+
+
+def announced_bar(line: str | None, total: int, unit: str, unit_scale: bool = False):
+    """A tqdm bar on stderr with the time left, after `line` saying what the work is (a log or a pipe
+    gets that line only: the bar redraws one line, on a terminal). line None, or --quiet: a no-op bar."""
+    import sys
+    from tqdm import tqdm
+    if line is None or quiet():
+        return tqdm(total=total, disable=True)
+    print(line, file=sys.stderr, flush=True)
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return tqdm(total=total, file=sys.stderr, unit=unit, unit_scale=unit_scale, dynamic_ncols=True, mininterval=0.5,
+                leave=False, disable=not tty)

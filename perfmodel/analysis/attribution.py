@@ -25,6 +25,9 @@ The default factors come from the two systems' own fields:
                     that also carries scale-up, nic_scale_up_fraction; with a dedicated scale-up link
                     (NVLink), scale-up and scale-out bandwidths set to total x f and total x (1 - f)
 A factor whose values the system already has is left out.
+
+attribution_draws(a, draws) gives every share at N draws of the files' uncertain inputs and the
+model's own error (perfmodel.uncertainty), each combination at the plan it was given.
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
+
 from ..config import ConfigError
 from ..evaluate import as_model, as_system, evaluate
 from ..hardware import System
 from ..workload import RankingModel
 from . import knobs as K
+from ..uncertainty import DEFAULT_DRAWS
+from ..uncertainty.propagate import NO_MODEL_ERROR, ModelError, propagate
 from .planning import planner, plans
 
 
@@ -117,7 +124,7 @@ class Attribution:
     steps_s: dict                               # {frozenset of factors switched on: step time}
     reference_step_s: float
     shares_s: dict = field(default_factory=dict)    # {factor: step time it saves (Shapley)}
-    # what was evaluated, for a study that re-evaluates it (uncertainty.attribution_draws):
+    # what was evaluated, for a study that re-evaluates it (attribution_draws, below):
     # ((factors on, system, model, plan) of every combination, (reference, model, its plan))
     problems: tuple = field(default=(), compare=False, repr=False)
 
@@ -219,3 +226,51 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     return Attribution(system.name, reference.name, model.name, make.label,
                        {f: {k: float(v) for k, v in kv.items()} for f, kv in factors.items()},
                        {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares, problems)
+
+
+# ------------------------------------------------------------------------------------ uncertainty
+
+@dataclass
+class SharesDrawn:
+    """An attribution's figures at each draw (seconds, [N] each): every combination's step, the
+    reference's, each factor's Shapley share and what the factors leave."""
+
+    steps: dict                 # frozenset of factors on -> [N]
+    reference: np.ndarray
+    shares: dict                # factor -> [N]
+    rest: np.ndarray
+    gap: np.ndarray
+    draws: int
+    seed: int
+    inputs: int
+    model_error: ModelError = NO_MODEL_ERROR
+
+
+def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_error: ModelError | None = None) -> SharesDrawn:
+    """The Shapley shares of an Attribution (analysis.attribution.attribute) at each of N draws of
+    the inputs, every combination at the plan it was given: the combinations are variants of the
+    system, so they share its inputs (a moved leaf keeps its own value, moved by the draw's factor:
+    inputs.leaf_spec), and the reference draws its own. The model's own error is one draw for the
+    system and its variants (one machine type: every combination's step moves by the same factor, and
+    so do the shares) and another for the reference."""
+    if not att.problems:
+        raise ConfigError("", "attribution", "holds no evaluated combinations (made by attribute())")
+    return shares_draws(list(att.factors), *att.problems, draws=draws, seed=seed, model_error=model_error)
+
+
+def shares_draws(factors: list[str], combos, reference, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                 model_error: ModelError | None = None) -> SharesDrawn:
+    """attribution_draws from the pieces: `combos` ((factors on, system, model, plan) of every
+    combination), `reference` ((system, model, plan)); model_error: None for the stored one."""
+    ref, ref_model, ref_plan = reference
+    systems = [s for _, s, _, _ in combos] + [ref]
+    models = [m for _, _, m, _ in combos] + [ref_model]
+    given = [p for *_, p in combos] + [ref_plan]
+    res = propagate(systems, models, given, draws, seed, model_error, error_groups=[0] * len(combos) + [1],
+                    progress="uncertainty")
+    steps = {S: r.samples["step_s"] for (S, *_), r in zip(combos, res[:-1])}
+    shares = shapley({S: -t for S, t in steps.items()}, factors)
+    ref_t = res[-1].samples["step_s"]
+    everything = frozenset(factors)
+    return SharesDrawn(steps, ref_t, shares, steps[everything] - ref_t, steps[frozenset()] - ref_t,
+                       res[0].draws, seed, len({i.name for r in res for i in r.inputs}), res[0].model_error)

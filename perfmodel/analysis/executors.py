@@ -24,7 +24,8 @@ import pickle
 import socket
 
 from ..cache import cache_folder
-from ..config import ConfigError, quiet
+from ..config import ConfigError
+from ..report import announced_bar
 
 KINDS = ("serial", "process", "ray")
 CONNECT_TIMEOUT_S = 5.0      # a Ray head that does not answer a TCP connect in this long is unreachable
@@ -92,19 +93,6 @@ def _init_worker(folder: str | None) -> None:
 def _in_worker(folder, fn, job):
     _init_worker(folder)
     return fn(*job)
-
-
-def announced_bar(line: str | None, total: int, unit: str, unit_scale: bool = False):
-    """A tqdm bar on stderr with the time left, after `line` saying what the work is (a log or a pipe
-    gets that line only: the bar redraws one line, on a terminal). line None, or --quiet: a no-op bar."""
-    import sys
-    from tqdm import tqdm
-    if line is None or quiet():
-        return tqdm(total=total, disable=True)
-    print(line, file=sys.stderr, flush=True)
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-    return tqdm(total=total, file=sys.stderr, unit=unit, unit_scale=unit_scale, dynamic_ncols=True, mininterval=0.5,
-                leave=False, disable=not tty)
 
 
 def _bar(progress: str | None, total: int, where: str):

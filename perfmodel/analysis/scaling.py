@@ -159,7 +159,7 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
 def _with_intervals(rows: list[dict], points: list, found: list, draws: int, seed: int, me) -> None:
     """Each row with the p10 / p50 / p90 of UNCERTAIN_COLUMNS (module doc), before its `plan`."""
     from ..uncertainty.propagate import propagate, quantiles
-    from .executors import announced_bar
+    from ..report import announced_bar
     line = (f"scaling: {draws:,} draws at each of {len(points)} size{'s' * (len(points) > 1)}, a vectorized call per "
             "size (each compiles: its shapes are its own)")
     with announced_bar(line, len(points), "size"):

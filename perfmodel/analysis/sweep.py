@@ -46,9 +46,10 @@ import numpy as np
 
 from ..cache import jit
 from ..config import ConfigError
-from ..evaluate import PHASES, Breakdown, evaluate, resolve
-from ..hardware import System, link_bandwidths
+from ..evaluate import PHASES, evaluate, resolve
+from ..hardware import System
 from ..plan import stack, stand_in, to_arrays, validate_plan
+from ..report import summarize
 from ..workload import RankingModel
 from . import knobs as K
 from .leaves import elasticities
@@ -70,23 +71,6 @@ COLUMNS = {
     "scale_up_link_GBps": ("scale_up_link_Bps", 1e-9), "scale_out_link_GBps": ("scale_out_link_Bps", 1e-9),
     **{f"{p}_busy_max_ms": (f"{p}_busy_max_s", 1e3) for p in PHASES},
 }
-
-
-def summarize(bd: Breakdown, system: System) -> dict[str, jax.Array]:
-    """The scalar figures of one evaluation (traceable; the columns of a sweep table)."""
-    up, out = link_bandwidths(system)
-    res = {
-        "step_s": bd.step_s, "samples_per_s": bd.samples_per_s, "exposed_comm_s": bd.exposed_comm_s,
-        "comm_busy_s": bd.comm_s, "compute_busy_max_s": jnp.max(bd.compute_s),
-        "interference_max_s": jnp.max(bd.interference_s), "slowdown_max": jnp.max(bd.slowdown), "mfu": bd.mfu,
-        "memory_max_bytes": jnp.max(bd.memory_bytes), "memory_capacity_bytes": bd.capacity_bytes,
-        "host_memory_max_bytes": jnp.max(bd.host_memory_bytes), "feasible": bd.feasible,
-        "usd_per_million_samples": bd.usd_per_million_samples, "joules_per_sample": bd.joules_per_sample,
-        "scale_up_link_Bps": up + jnp.zeros(()), "scale_out_link_Bps": out + jnp.zeros(()),
-    }
-    for p in PHASES:
-        res[f"{p}_busy_max_s"] = jnp.max(bd.phase_s[p])
-    return res
 
 
 # ------------------------------------------------------------------------------------- value specs
@@ -233,7 +217,7 @@ def _chunked(system, model, plan, values: np.ndarray, names: tuple, batched_plan
 def _bar(points: int, chunks: int, size: int):
     """A grid of more than QUICK_CHUNKS chunks takes seconds to minutes (10^6 points: minutes): stderr
     says its size up front, and a bar counts the points with the time left. Smaller grids stay silent."""
-    from .executors import announced_bar
+    from ..report import announced_bar
     line = (f"sweep: evaluating {points:,} points in {chunks:,} vectorized calls of {size:,} (the first compiles)"
             if chunks > QUICK_CHUNKS else None)
     return announced_bar(line, points, "point", unit_scale=True)
@@ -293,7 +277,7 @@ def drawn_quantiles(system, model, plan, values: np.ndarray, names: tuple, batch
     draws whatever P x N is."""
     from ..uncertainty.inputs import as_applied, leaf_spec
     from ..uncertainty.propagate import QUANTILES, values_of, with_model_error
-    from .executors import announced_bar
+    from ..report import announced_bar
     P, N = values.shape[0], u.shape[0]
     spec = leaf_spec(inputs, system, model)
     applied = as_applied(inputs, values_of(inputs, u))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import preset_path, read_file
+from ..config import RANGE_SUFFIX, preset_path, read_file
 from ..schema import CHIP
 
 # ------------------------------------------------------------------------------------ writing
@@ -59,6 +59,13 @@ def chip_toml(name: str, chip, base: str, device: str, date: str, command: str, 
             continue
         lines += ["", f"[{sec}]"]
         for key, val in body.items():
+            if key.endswith(RANGE_SUFFIX):          # a base number's stated uncertainty
+                own = CHIP.get(f"{sec}.{key.removesuffix(RANGE_SUFFIX)}")
+                if own is not None and own.leaf and own.leaf.split(".", 1)[1] in fitted:
+                    continue                        # a fitted number's range is its fit's: the default of a source
+                comment = base_comment.get((sec, key), "")
+                lines.append(f"{key} = {_fmt(val):<{max(37 - len(key), 1)}} {'# ' + comment if comment else ''}".rstrip())
+                continue
             spec = CHIP.get(f"{sec}.{key}")
             leaf = spec.leaf.split(".", 1)[1] if spec and spec.leaf and spec.leaf.startswith("chip.") else None
             comment = ""

@@ -76,7 +76,8 @@ def _cmd_compare(args) -> int:
                         **where)        # the two systems' plans are the ones just made
     res = shares = None
     if drawn is not None:
-        from ..uncertainty.propagate import attribution_draws, propagate
+        from ..analysis.attribution import attribution_draws
+        from ..uncertainty.propagate import propagate
         res = propagate(systems, [model] * len(systems), [plans[s.name] for s in systems], progress="uncertainty",
                         **drawn)
         if att is not None:

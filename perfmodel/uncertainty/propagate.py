@@ -42,7 +42,7 @@ from . import DEFAULT_DRAWS, MAX_DRAWS
 
 QUANTILES = (0.1, 0.5, 0.9)
 MODEL_ERROR_FILE = DATA_DIR / "measurements" / "steps" / "model_error.json"
-# the figures a draw gives (analysis.sweep.summarize's keys, SI)
+# the figures a draw gives (report.summarize's keys, SI)
 FIGURES = ("step_s", "samples_per_s", "usd_per_million_samples", "joules_per_sample", "exposed_comm_s",
            "memory_max_bytes", "feasible")
 # figures the model's error scales: step-like (x exp(eps)) and rate-like (/ exp(eps))
@@ -130,7 +130,7 @@ def _set(flat: list, spec, v):
 
 
 def _program(system, model, plan, values, spec):
-    from ..analysis.sweep import summarize
+    from ..report import summarize
     flat, tree = jax.tree_util.tree_flatten((system, model))
 
     def one(v):
@@ -146,13 +146,13 @@ CHUNK = 1024        # draws per vectorized call: one compile serves every N (pad
 
 def evaluate_draws(system: System, model: RankingModel, plan: PlanArrays, inputs: list[Input],
                    values: np.ndarray, progress: str | None = None) -> dict[str, np.ndarray]:
-    """The FIGURES (analysis.sweep.summarize's, SI) at each row of `values` [N, d]."""
+    """The FIGURES (report.summarize's, SI) at each row of `values` [N, d]."""
     spec = leaf_spec(inputs, system, model)
     applied = as_applied(inputs, values)
     N = values.shape[0]
     size = min(CHUNK, max(16, 1 << max(N - 1, 0).bit_length()))    # few distinct shapes: few compiles
     outs = []
-    from ..analysis.executors import announced_bar
+    from ..report import announced_bar
     chunks = -(-N // size)
     line = (f"{progress}: {N:,} draws in {chunks} vectorized call{'s' * (chunks > 1)} of {size:,} (the first compiles)"
             if progress else None)
@@ -296,52 +296,3 @@ def uncertainty(system, model, plan, draws: int = DEFAULT_DRAWS, seed: int = 0,
         raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
     me = (None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error)
     return propagate([system], [model], [plan], draws, seed, me, progress=progress)[0]
-
-
-# ------------------------------------------------------------------------------------ attribution
-
-@dataclass
-class SharesDrawn:
-    """An attribution's figures at each draw (seconds, [N] each): every combination's step, the
-    reference's, each factor's Shapley share and what the factors leave."""
-
-    steps: dict                 # frozenset of factors on -> [N]
-    reference: np.ndarray
-    shares: dict                # factor -> [N]
-    rest: np.ndarray
-    gap: np.ndarray
-    draws: int
-    seed: int
-    inputs: int
-    model_error: ModelError = NO_MODEL_ERROR
-
-
-def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_error: ModelError | None = None) -> SharesDrawn:
-    """The Shapley shares of an Attribution (analysis.attribution.attribute) at each of N draws of
-    the inputs, every combination at the plan it was given: the combinations are variants of the
-    system, so they share its inputs (a moved leaf keeps its own value, moved by the draw's factor:
-    inputs.leaf_spec), and the reference draws its own. The model's own error is one draw for the
-    system and its variants (one machine type: every combination's step moves by the same factor, and
-    so do the shares) and another for the reference."""
-    if not att.problems:
-        raise ConfigError("", "attribution", "holds no evaluated combinations (made by attribute())")
-    return shares_draws(list(att.factors), *att.problems, draws=draws, seed=seed, model_error=model_error)
-
-
-def shares_draws(factors: list[str], combos, reference, draws: int = DEFAULT_DRAWS, seed: int = 0,
-                 model_error: ModelError | None = None) -> SharesDrawn:
-    """attribution_draws from the pieces: `combos` ((factors on, system, model, plan) of every
-    combination), `reference` ((system, model, plan)); model_error: None for the stored one."""
-    from ..analysis.attribution import shapley
-    ref, ref_model, ref_plan = reference
-    systems = [s for _, s, _, _ in combos] + [ref]
-    models = [m for _, _, m, _ in combos] + [ref_model]
-    plans = [p for *_, p in combos] + [ref_plan]
-    res = propagate(systems, models, plans, draws, seed, model_error, error_groups=[0] * len(combos) + [1],
-                    progress="uncertainty")
-    steps = {S: r.samples["step_s"] for (S, *_), r in zip(combos, res[:-1])}
-    shares = shapley({S: -t for S, t in steps.items()}, factors)
-    ref_t = res[-1].samples["step_s"]
-    everything = frozenset(factors)
-    return SharesDrawn(steps, ref_t, shares, steps[everything] - ref_t, steps[frozenset()] - ref_t,
-                       res[0].draws, seed, len({i.name for r in res for i in r.inputs}), res[0].model_error)
