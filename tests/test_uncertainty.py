@@ -245,3 +245,20 @@ def test_cli_lists_inputs(capsys):
     assert main(["uncertainty", "--system", "h100-8", "--model", "dlrm-small", "--inputs"]) == 0
     out = capsys.readouterr().out
     assert "h100:memory.gather_efficiency_max" in out and "stated" in out and "0.45 .. 0.95" in out
+
+
+def test_python_compare_and_attribute_take_uncertainty():
+    t = pm.compare(["h100-8", "a100-8"], "dlrm-dcnv2-mlperf", plan="greedy", uncertainty=64)
+    c = pm.analysis.table.columns(t)
+    assert list(c["system"]) == ["h100-8", "a100-8"]
+    assert c["step_vs_first_p50"][0] == pytest.approx(1.0) and math.isnan(c["prob_first_faster"][0])
+    assert 0.0 <= c["prob_first_faster"][1] <= 1.0 and c["step_ms_p10"][1] <= c["step_ms_p90"][1]
+    with pytest.raises(ConfigError, match="breakdowns"):
+        pm.compare(["h100-8"], "dlrm-dcnv2-mlperf", plan="greedy", breakdowns={}, uncertainty=64)
+    a = pm.attribute("h100-8", "mtia300-16", "dlrm-small", plan="greedy", uncertainty=32, workers=1)
+    d = a.to_dict()["uncertainty"]
+    assert set(d["shares_s"]) == set(a.shares_s) and d["draws"] == 32
+    # the shares add up draw by draw to what the factors cover: the gap less the rest
+    sd = a.uncertainty
+    assert sum(sd.shares.values()) + sd.rest == pytest.approx(sd.gap, rel=1e-6, abs=1e-12)
+    assert "uncertainty of the shares" in a.format()

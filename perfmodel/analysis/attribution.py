@@ -32,6 +32,7 @@ model's own error (perfmodel.uncertainty), each combination at the plan it was g
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -127,6 +128,7 @@ class Attribution:
     # what was evaluated, for a study that re-evaluates it (attribution_draws, below):
     # ((factors on, system, model, plan) of every combination, (reference, model, its plan))
     problems: tuple = field(default=(), compare=False, repr=False)
+    uncertainty: "SharesDrawn | None" = field(default=None, compare=False, repr=False)   # attribute(uncertainty=N)
 
     @property
     def system_step_s(self) -> float:
@@ -149,7 +151,8 @@ class Attribution:
                 "combinations": [{"on": sorted(S), "step_s": t} for S, t in
                                  sorted(self.steps_s.items(), key=lambda kv: (len(kv[0]), sorted(kv[0])))],
                 "system_step_s": self.system_step_s, "reference_step_s": self.reference_step_s,
-                "gap_s": self.gap_s, "shares_s": self.shares_s, "rest_s": self.rest_s}
+                "gap_s": self.gap_s, "shares_s": self.shares_s, "rest_s": self.rest_s,
+                **({} if self.uncertainty is None else {"uncertainty": _shares_dict(self.uncertainty)})}
 
     def format(self) -> str:
         ms = lambda s: f"{s * 1e3:.3f}"
@@ -172,13 +175,17 @@ class Attribution:
         for f, s in self.shares_s.items():
             lines.append(f"  {f:<18} {ms(s):>9} ms  {pct(s)}")
         lines.append(f"  {'everything else':<18} {ms(self.rest_s):>9} ms  {pct(self.rest_s)}")
+        if self.uncertainty is not None:
+            from ..uncertainty.report import shares_lines
+            lines += shares_lines(self.uncertainty)
         return "\n".join(lines)
 
 
 def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float]] | None = None, *,
               plan="search", iterations: int | None = None, seed: int = 0, reference_plan=None,
               system_plan=None, executor=None, workers: int | None = None,
-              ray_address: str | None = None) -> Attribution:
+              ray_address: str | None = None, uncertainty: int | None = None, uncertainty_seed: int = 0,
+              model_error=True) -> Attribution:
     """The step-time gap between `system` and `reference` split into factor shares (see the module doc).
 
     system, reference: Systems or preset names/paths (the factors move `system` towards `reference`);
@@ -188,10 +195,15 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     system_plan: the plan `plan` gives `system` as built, where the caller already holds it (the
     combination with every factor off is then not planned again);
     executor, workers, ray_address: where the 2^k + 1 plans are made (planning.plans: a local process
-    pool by default); the shares do not depend on where.
+    pool by default); the shares do not depend on where. uncertainty: a number of draws: the result's
+    `uncertainty` holds every share at each draw (attribution_draws; seeded by uncertainty_seed, with
+    the model's own error unless model_error=False).
     """
     system, reference, model = as_system(system), as_system(reference), as_model(model)
     make = planner(plan, iterations=iterations, seed=seed)
+    if uncertainty is not None:                   # checked before any plan is made
+        from ..uncertainty.propagate import check_draws, check_seed
+        check_draws(uncertainty, "uncertainty"), check_seed(uncertainty_seed, "uncertainty_seed")
     factors = default_factors(system, reference, model) if factors is None else factors
     if not isinstance(factors, Mapping) or not factors or not all(isinstance(v, Mapping) and v for v in factors.values()):
         raise ConfigError("", "factors", "must map each factor's name to {knob: value}, at least one factor; "
@@ -223,9 +235,18 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
     worth = {S: -t for S, t in steps_s.items()}          # a factor's worth: the step time it saves
     shares = shapley(worth, names)
     problems = (tuple((S, s, m, p) for (S, _), (s, m), p in zip(combos, points, found)), (reference, model, ref_plan))
-    return Attribution(system.name, reference.name, model.name, make.label,
-                       {f: {k: float(v) for k, v in kv.items()} for f, kv in factors.items()},
-                       {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares, problems)
+    att = Attribution(system.name, reference.name, model.name, make.label,
+                      {f: {k: float(v) for k, v in kv.items()} for f, kv in factors.items()},
+                      {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares, problems)
+    if uncertainty is None:
+        return att
+    me = None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error
+    return dataclasses.replace(att, uncertainty=attribution_draws(att, uncertainty, uncertainty_seed, me))
+
+
+def _shares_dict(sd) -> dict:
+    from ..uncertainty.report import shares_dict
+    return shares_dict(sd)
 
 
 # ------------------------------------------------------------------------------------ uncertainty

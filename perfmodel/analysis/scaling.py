@@ -27,7 +27,7 @@ from ..hardware import System, load_system
 from ..schema import MAX_CHIPS
 from ..workload import RankingModel
 from .planning import planner, plans
-from .table import make_table
+from .table import columns, make_table
 
 MODES = ("strong", "weak")
 UNCERTAIN_COLUMNS = ("step_ms", "samples_per_s", "efficiency")
@@ -45,13 +45,18 @@ def evaluate_systems(systems: Sequence, model: RankingModel, plan="search", *, i
     `executor` (planning.plans: a local process pool by default). A fixed plan that does not fit a
     system is a ConfigError naming the system. replicas: the searches' replica counts (pm.search;
     "auto": 2D plans too)."""
-    make = _make(plan, iterations, seed, replicas)
+    systems, model, found = _planned(systems, model, _make(plan, iterations, seed, replicas), executor, workers,
+                                     ray_address)
+    return {s.name: evaluate(s, model, p) for s, p in zip(systems, found)}
+
+
+def _planned(systems, model, make, executor, workers, ray_address):
+    """(the Systems, the model, each system's plan `make` makes), the systems checked and distinct."""
     model = as_model(model)
     if isinstance(systems, (str, System)) or not isinstance(systems, Sequence) or not systems:
         raise ConfigError("", "systems", f"must be a non-empty list of systems (names, paths or Systems), got {systems!r}")
     systems = distinct([as_system(s) for s in systems])
-    found = plans(make, [(s, model) for s in systems], executor, workers, ray_address)
-    return {s.name: evaluate(s, model, p) for s, p in zip(systems, found)}
+    return systems, model, plans(make, [(s, model) for s in systems], executor, workers, ray_address)
 
 
 def distinct(systems: list[System], field: str = "systems") -> list[System]:
@@ -67,12 +72,24 @@ def distinct(systems: list[System], field: str = "systems") -> list[System]:
 
 def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: dict[str, Breakdown] | None = None,
             *, iterations: int | None = None, seed: int = 0, executor=None, workers: int | None = None,
-            ray_address: str | None = None, replicas=1):
+            ray_address: str | None = None, replicas=1, uncertainty: int | None = None, uncertainty_seed: int = 0,
+            model_error=True):
     """One row per system (or per entry of `breakdowns`, if given; `plan` then names how they were
     planned): chips, step_ms, samples_per_s, exposed_comm_ms, mfu, feasible, usd_per_million_samples,
     joules_per_sample, power_W (all hosts, = joules/sample x samples/s) and plan (its label);
-    executor, workers, ray_address, replicas: as evaluate_systems."""
+    executor, workers, ray_address, replicas: as evaluate_systems.
+    uncertainty: a number of draws (perfmodel.uncertainty; seeded by uncertainty_seed, with the
+    model's own error unless model_error=False): adds step_ms_p10 / _p50 / _p90, step_vs_first_p10 /
+    _p50 / _p90 (the system's step over the first system's, draw by draw) and prob_first_faster (the
+    probability that the first system's step is the shorter; NaN on its own row). The systems are
+    planned here, so `breakdowns` must not be given with it."""
     label = _make(plan, iterations, seed, replicas).label
+    if uncertainty is not None:
+        if breakdowns is not None:
+            raise ConfigError("", "breakdowns", "cannot be given with uncertainty: the draws evaluate the plans "
+                              "compare makes (give the systems and the plan)")
+        return _compare_drawn(systems, model, plan, iterations, seed, executor, workers, ray_address, replicas,
+                              uncertainty, uncertainty_seed, model_error)
     bds = breakdowns if breakdowns is not None else evaluate_systems(
         systems, model, plan, iterations=iterations, seed=seed, executor=executor, workers=workers,
         ray_address=ray_address, replicas=replicas)
@@ -88,6 +105,29 @@ def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: d
                          power_W=float(bd.joules_per_sample) * thr, replicas=int(bd.replicas), plan=label))
     cols = {k: np.asarray([r[k] for r in rows], dtype=object if k in ("system", "plan") else None) for k in rows[0]}
     return make_table(cols)
+
+
+def _compare_drawn(systems, model, plan, iterations, seed, executor, workers, ray_address, replicas, draws,
+                   useed, model_error):
+    """compare() with uncertainty=draws (its docstring)."""
+    from ..uncertainty.propagate import check_draws, check_seed, propagate, quantiles
+    from .sweep import _model_error
+    draws, useed, me = check_draws(draws, "uncertainty"), check_seed(useed, "uncertainty_seed"), _model_error(model_error)
+    make = _make(plan, iterations, seed, replicas)
+    systems, model, found = _planned(systems, model, make, executor, workers, ray_address)
+    table = compare(systems, model, make, {s.name: evaluate(s, model, p) for s, p in zip(systems, found)})
+    res = propagate(systems, [model] * len(systems), found, draws, useed, me)
+    cols = columns(table)
+    first = res[0].samples["step_s"]
+    extra: dict[str, list] = {}
+    for r in res:
+        t = r.samples["step_s"]
+        for name, x in (("step_ms", t * 1e3), ("step_vs_first", t / first)):
+            for k, v in quantiles(x).items():
+                extra.setdefault(f"{name}_{k}", []).append(v)
+        extra.setdefault("prob_first_faster", []).append(float(np.mean(first < t)) if r is not res[0] else np.nan)
+    plan_col = cols.pop("plan")
+    return make_table({**cols, **{k: np.asarray(v, np.float64) for k, v in extra.items()}, "plan": plan_col})
 
 
 def chips_of(bd: Breakdown) -> int:

@@ -5,6 +5,7 @@ uncertain input does to an answer's spread, and the model's own error refitted).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -74,14 +75,15 @@ def _cmd_compare(args) -> int:
         slow, fast = sorted(systems, key=lambda s: -steps[s.name])
         att = attribute(slow, fast, model, plan=make, system_plan=plans[slow.name], reference_plan=plans[fast.name],
                         **where)        # the two systems' plans are the ones just made
-    res = shares = None
+    res = None
     if drawn is not None:
         from ..analysis.attribution import attribution_draws
         from ..uncertainty.propagate import propagate
         res = propagate(systems, [model] * len(systems), [plans[s.name] for s in systems], progress="uncertainty",
                         **drawn)
         if att is not None:
-            shares = attribution_draws(att, drawn["draws"], drawn["seed"], drawn["model_error"])
+            att = dataclasses.replace(att, uncertainty=attribution_draws(att, drawn["draws"], drawn["seed"],
+                                                                          drawn["model_error"]))
     if args.json:
         out = {"model": model.name, "plan": make.label,
                "systems": [{k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in c.items()}
@@ -90,10 +92,8 @@ def _cmd_compare(args) -> int:
         if att is not None:
             out["attribution"] = att.to_dict()
         if res is not None:
-            from ..uncertainty.report import compare_dict, shares_dict
+            from ..uncertainty.report import compare_dict
             out["uncertainty"] = compare_dict([s.name for s in systems], res)
-            if shares is not None:
-                out["attribution"]["uncertainty"] = shares_dict(shares)
         print(json.dumps(out, indent=1))
         return 0
     title = f"{model.name}, each system with its own plan: {make.label}"
@@ -115,9 +115,6 @@ def _cmd_compare(args) -> int:
     if att is not None:
         print()
         print(att.format())
-        if shares is not None:
-            from ..uncertainty.report import shares_lines
-            print("\n".join(shares_lines(shares)))
     return 0
 
 
