@@ -5,7 +5,8 @@ module here, registered in FAMILIES below (their order is `perfmodel --help`'s).
   housekeeping.py  list, cache, schema: the presets, the compile cache, the configuration reference
   analysis.py      sweep, scaling, trace, plot: the model over a grid of knobs or a family's sizes, one
                    step as a trace, and the figures of these
-  studies.py       sensitivity, compare: studies that answer with the plan each machine wants
+  studies.py       sensitivity, compare, uncertainty: studies that answer with the plan each machine
+                   wants, and what each uncertain input does to an answer
   search.py        search: find a plan, compare methods, co-design a hardware knob
   tables.py        import-tables: a model file from a CSV of TorchRec-style tables
   fidelity.py      validate, calibrate: the model against measurements
