@@ -13,6 +13,10 @@
                    with 2D plans (replica counts searched too: TWO_D)
   pareto.png       throughput vs power and vs cost per sample across the 64-chip systems
 
+Error bars (breakdown, attribution, pareto) and bands (tradeoff, scaling) are p10-p90 over DRAWS
+draws of the presets' uncertain inputs and the model's own error (uncertainty.propagate), each point
+at its plan; an attribution's combinations and the sizes or variants of one machine share its error.
+
 Every point of every figure is evaluated with its own searched plan (analysis.planning: the
 study setting, STUDY_ITERATIONS rounds, seed 0), so a figure shows what each machine does with the
 plan it wants. Beside each PNG goes a JSON of what it drew: per point the system, the knob values
@@ -337,16 +341,31 @@ def scaling(out: Path, pts: Points):
 
 
 def pareto(out: Path, pts: Points):
+    import numpy as np
     from . import plots
     from .analysis.scaling import compare
+    from .analysis.table import columns, make_table
+    from .uncertainty.propagate import quantiles
     res = {name: pts(name) for name in PARETO_SYSTEMS}
     table = compare(PARETO_SYSTEMS, pts.model, plan=pts.make, breakdowns={k: bd for k, (bd, _) in res.items()})
+    drawn = _drawn([r for _, r in res.values()], pts.model)
+    cols, bars = columns(table), {}
+    for u in drawn:
+        thr = u.samples["samples_per_s"]
+        for k, x in (("samples_per_s", thr), ("usd_per_million_samples", u.samples["usd_per_million_samples"]),
+                     ("power_W", u.samples["joules_per_sample"] * thr)):
+            for q, v in quantiles(x).items():
+                bars.setdefault(f"{k}_{q}", []).append(v)
+    table = make_table({**cols, **{k: np.asarray(v) for k, v in bars.items()}})
     fig, axes = _fig(1, 2, (13, 4.8))
     plots.pareto(table, x="power_W", ax=axes[0, 0], title="throughput vs power (all hosts)")
     plots.pareto(table, ax=axes[0, 1], title="throughput vs cost (equal placeholder prices per chip)")
-    fig.suptitle(f"{MODEL} on 64 chips of each system, each with its searched plan ({pts.make.label})", fontsize=11)
+    fig.suptitle(f"{MODEL} on 64 chips of each system, each with its searched plan ({pts.make.label}; bars: p10-p90 "
+                 f"over {DRAWS:,} draws)", fontsize=11)
     plots_save(fig, out / "pareto.png")
-    write_json(out, "pareto", [r for _, r in res.values()], pts.make)
+    write_json(out, "pareto", [r for _, r in res.values()], pts.make,
+               uncertainty={"draws": DRAWS, "seed": DRAW_SEED,
+                            "systems": {n: {k: bars[k][i] for k in bars} for i, n in enumerate(PARETO_SYSTEMS)}})
 
 
 FIGURES = {"breakdown": breakdown, "attribution": attribution, "tradeoff": tradeoff, "timeline": timeline,

@@ -315,7 +315,8 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def pareto(table, x: str = "usd_per_million_samples", y: str = "samples_per_s", ax=None,
            label: str = "system", title: str | None = None):
     """Throughput against cost (or power: x="power_W") per system (a `compare` table); the Pareto
-    front (nothing both cheaper and faster) joined and labelled, dominated points grey."""
+    front (nothing both cheaper and faster) joined and labelled, dominated points grey; p10-p90 error
+    bars where the table has `<x>_p10` ... `<y>_p90` columns."""
     c = columns(table)
     ax = _ax(ax)
     xl, xs_ = _metric(x)
@@ -324,6 +325,11 @@ def pareto(table, x: str = "usd_per_million_samples", y: str = "samples_per_s", 
     yv = np.asarray(c[y], np.float64) * ys_
     ok = np.asarray(c["feasible"], bool) if "feasible" in c else np.ones(len(xv), bool)
     front = pareto_front(np.where(ok, xv, np.inf), np.where(ok, yv, -np.inf)) & ok
+    if all(f"{k}_{q}" in c for k in (x, y) for q in ("p10", "p90")):      # a table with error bars
+        err = lambda k, v, sc: [np.maximum(v - np.asarray(c[f"{k}_p10"], np.float64) * sc, 0.0),
+                                np.maximum(np.asarray(c[f"{k}_p90"], np.float64) * sc - v, 0.0)]
+        ax.errorbar(xv, yv, xerr=err(x, xv, xs_), yerr=err(y, yv, ys_), fmt="none", ecolor="#9e9e9e", elinewidth=0.8,
+                    capsize=2, zorder=1, label="p10-p90")
     ax.scatter(xv[~front], yv[~front], color="#bdbdbd", s=30, zorder=2, label="dominated")
     ax.scatter(xv[front], yv[front], color="#d62728", s=45, zorder=3, label="Pareto front")
     o = np.argsort(xv[front])
