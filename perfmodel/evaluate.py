@@ -86,12 +86,15 @@ def as_model(model: RankingModel | str | Path) -> RankingModel:
 
 
 def resolve(system: System | str | Path, model: RankingModel | str | Path,
-            plan: Plan | PlanArrays | str | Path | None = None):
+            plan: Plan | PlanArrays | str | Path | None = None, plan_required: bool = False):
     """(system, model, plan) as objects: each one given as an object, or as a preset name or file
-    path that is loaded (the plan: a plan JSON). Anything else is a ConfigError naming the argument."""
+    path that is loaded (the plan: a plan JSON). Anything else, or no plan where plan_required, is a
+    ConfigError naming the argument."""
     system, model = as_system(system), as_model(model)
     if isinstance(plan, (str, Path)):
         plan = load_plan(plan, system, model)
+    elif plan is None and plan_required:
+        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
     elif plan is not None and not isinstance(plan, (Plan, PlanArrays)):
         raise ConfigError("", "plan", f"must be a Plan, PlanArrays or a plan JSON path; got {type(plan).__name__}")
     return system, model, plan
@@ -107,9 +110,7 @@ def evaluate(system: System | str, model: RankingModel | str, plan: Plan | PlanA
     Pure jnp: jit, vmap and grad go through it (with PlanArrays).
     """
     if not (isinstance(system, System) and isinstance(model, RankingModel) and isinstance(plan, (Plan, PlanArrays))):
-        system, model, plan = resolve(system, model, plan)
-        if plan is None:
-            raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
+        system, model, plan = resolve(system, model, plan, plan_required=True)
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         plan = to_arrays(plan, system, model)

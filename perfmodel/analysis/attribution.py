@@ -240,8 +240,7 @@ def attribute(system, reference, model, factors: Mapping[str, Mapping[str, float
                       {k: float(v) for k, v in base.items()}, steps_s, ref_step, shares, problems)
     if uncertainty is None:
         return att
-    me = None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error
-    return dataclasses.replace(att, uncertainty=attribution_draws(att, uncertainty, uncertainty_seed, me))
+    return dataclasses.replace(att, uncertainty=attribution_draws(att, uncertainty, uncertainty_seed, model_error))
 
 
 def _shares_dict(sd) -> dict:
@@ -267,7 +266,7 @@ class SharesDrawn:
     model_error: ModelError = NO_MODEL_ERROR
 
 
-def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_error: ModelError | None = None) -> SharesDrawn:
+def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_error: bool | ModelError | None = None) -> SharesDrawn:
     """The Shapley shares of an Attribution (analysis.attribution.attribute) at each of N draws of
     the inputs, every combination at the plan it was given: the combinations are variants of the
     system, so they share its inputs (a moved leaf keeps its own value, moved by the draw's factor:
@@ -280,7 +279,7 @@ def attribution_draws(att, draws: int = DEFAULT_DRAWS, seed: int = 0, model_erro
 
 
 def shares_draws(factors: list[str], combos, reference, draws: int = DEFAULT_DRAWS, seed: int = 0,
-                 model_error: ModelError | None = None) -> SharesDrawn:
+                 model_error: bool | ModelError | None = None) -> SharesDrawn:
     """attribution_draws from the pieces: `combos` ((factors on, system, model, plan) of every
     combination), `reference` ((system, model, plan)); model_error: None for the stored one."""
     ref, ref_model, ref_plan = reference

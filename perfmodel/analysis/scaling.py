@@ -110,9 +110,9 @@ def compare(systems: Sequence, model: RankingModel, plan="search", breakdowns: d
 def _compare_drawn(systems, model, plan, iterations, seed, executor, workers, ray_address, replicas, draws,
                    useed, model_error):
     """compare() with uncertainty=draws (its docstring)."""
-    from ..uncertainty.propagate import check_draws, check_seed, propagate, quantiles
-    from .sweep import _model_error
-    draws, useed, me = check_draws(draws, "uncertainty"), check_seed(useed, "uncertainty_seed"), _model_error(model_error)
+    from ..uncertainty.propagate import check_draws, check_seed, model_error_of, propagate, quantiles
+    draws, useed = check_draws(draws, "uncertainty"), check_seed(useed, "uncertainty_seed")
+    me = model_error_of(model_error)
     make = _make(plan, iterations, seed, replicas)
     systems, model, found = _planned(systems, model, make, executor, workers, ray_address)
     table = compare(systems, model, make, {s.name: evaluate(s, model, p) for s, p in zip(systems, found)})
@@ -168,10 +168,9 @@ def scaling(system, model: RankingModel, chips: Sequence[int], mode: str = "stro
         raise ConfigError("", "chips", f"must list chip counts, integers from 1 to {MAX_CHIPS:,}, got {chips!r}")
     chips = sorted({int(c) for c in chips})
     if uncertainty is not None:                    # checked before any size is planned
-        from ..uncertainty.propagate import check_draws, check_seed
-        from .sweep import _model_error
+        from ..uncertainty.propagate import check_draws, check_seed, model_error_of
         draws, useed = check_draws(uncertainty, "uncertainty"), check_seed(uncertainty_seed, "uncertainty_seed")
-        me = _model_error(model_error)
+        me = model_error_of(model_error)
     name = system.name if isinstance(system, System) else str(system)
     model = as_model(model)
     make = _make(plan, iterations, seed, replicas)

@@ -244,18 +244,6 @@ _run_drawn = jit(_drawn_program, static_argnames=_STATIC)
 _run_drawn_quick = jit(_drawn_program, static_argnames=_STATIC, quick=True)
 
 
-def _model_error(model_error):
-    """The ModelError of sweep's / scaling's model_error= (True: the stored one; False: none)."""
-    from ..uncertainty.propagate import NO_MODEL_ERROR, ModelError, load_model_error
-    if model_error is True:
-        return load_model_error()
-    if model_error is False:
-        return NO_MODEL_ERROR
-    if isinstance(model_error, ModelError):
-        return model_error
-    raise ConfigError("", "model_error", f"must be True, False or a ModelError, got {model_error!r}")
-
-
 def _check_uncertainty(draws, seed, points: int) -> tuple[int, int]:
     """(draws, seed) checked, and points x draws within MAX_POINTS evaluations (the bound a grid has)."""
     from ..uncertainty.propagate import check_draws, check_seed
@@ -362,8 +350,9 @@ def sweep(system: System, model: RankingModel, vary: Mapping[str, Sequence], pla
         raise ConfigError("", "chunk", f"must be a positive integer, got {chunk!r}")
     chunk = chunk or default_chunk(system, model)
     if uncertainty is not None:                    # checked before any point is planned
+        from ..uncertainty.propagate import model_error_of
         draws, useed = _check_uncertainty(uncertainty, uncertainty_seed, len(values))
-        me = _model_error(model_error)
+        me = model_error_of(model_error)
 
     errors = np.full(len(values), "", dtype=object)
     if make.per_point:

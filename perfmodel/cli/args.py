@@ -135,12 +135,13 @@ def add_planning(p, executors: bool = False) -> None:
                                                         "would give the pool (pip install 'perfmodel[distributed]')")
 
 
-def add_problem(p, executors: bool = False) -> None:
+def add_problem(p, executors: bool = False, required: bool = True) -> None:
     """The arguments that name one problem and its plan: --system (and --chips), --model, --chip,
-    then add_planning's (with --workers and --ray where `executors`)."""
-    p.add_argument("--system", required=True, help="system preset or TOML path")
+    then add_planning's (with --workers and --ray where `executors`). required=False: the command
+    checks --system and --model itself (a mode of it needs neither)."""
+    p.add_argument("--system", required=required, help="system preset or TOML path")
     add_chips(p)
-    p.add_argument("--model", required=True, help="model preset or TOML path")
+    p.add_argument("--model", required=required, help="model preset or TOML path")
     p.add_argument("--chip", help="replace the system's chip by this chip preset or TOML")
     add_planning(p, executors)
 

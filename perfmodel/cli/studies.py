@@ -11,7 +11,7 @@ import math
 import sys
 
 from ..config import ConfigError
-from .args import (add_chips, add_planning, add_problem, add_uncertainty, executors_of, load_system_arg, planner_of,
+from .args import (add_planning, add_problem, add_uncertainty, executors_of, load_system_arg, planner_of,
                    uncertainty_of)
 
 
@@ -221,11 +221,7 @@ def register(sub) -> None:
                     "one by its provenance: docs/configuration.md) and the model's own error from validation, ranked by "
                     "their share. --inputs lists the inputs and their ranges; --fit-model-error refits the model's own "
                     "error from the step validation's results (data/measurements/steps/model_error.json).")
-    un.add_argument("--system", help="system preset or TOML path")
-    add_chips(un)
-    un.add_argument("--model", help="model preset or TOML path")
-    un.add_argument("--chip", help="replace the system's chip by this chip preset or chip TOML")
-    add_planning(un)
+    add_problem(un, required=False)
     un.add_argument("--figure", default="step_s", choices=("step_s", "samples_per_s", "usd_per_million_samples",
                                                            "joules_per_sample"), help="the figure (default step_s)")
     un.add_argument("--draws", type=int, default=256, help="base draws, a power of two (default 256; the decomposition "

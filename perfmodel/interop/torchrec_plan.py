@@ -76,9 +76,7 @@ def placement(rank: int, device_type: str, local_size: int) -> str:
 def _as_plan(plan: Any, system, model) -> tuple:
     from ..evaluate import resolve
     plan = getattr(plan, "plan", plan)             # a SearchResult
-    system, model, plan = resolve(system, model, plan)
-    if plan is None:
-        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
+    system, model, plan = resolve(system, model, plan, plan_required=True)
     if isinstance(plan, PlanArrays):
         plan = from_arrays(plan, system, model)
     validate_plan(plan, system, model)

@@ -19,7 +19,7 @@ import numpy as np
 from ..config import ConfigError
 from ..evaluate import resolve
 from .inputs import inputs_of
-from .propagate import NO_MODEL_ERROR, ModelError, _plan_arrays, check_seed, evaluate_draws, load_model_error, values_of
+from .propagate import ModelError, _plan_arrays, check_seed, evaluate_draws, model_error_of, values_of
 
 MODEL_ERROR_NAME = "model's own error"
 DEFAULT_BASE = 256
@@ -62,11 +62,9 @@ def sources(system, model, plan, figure: str = "step_s", n: int = DEFAULT_BASE, 
     if figure not in FIGURES:
         raise ConfigError("", "figure", f"must be one of {', '.join(FIGURES)}, got {figure!r}")
     n, seed = check_base(n), check_seed(seed)
-    system, model, plan = resolve(system, model, plan)
-    if plan is None:
-        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
+    system, model, plan = resolve(system, model, plan, plan_required=True)
     pa, _ = _plan_arrays(system, model, plan)
-    me = load_model_error() if model_error is True else NO_MODEL_ERROR if model_error is False else model_error
+    me = model_error_of(model_error)
     ins = inputs_of(system, model)
     with_err = me.sigma > 0
     d = len(ins) + with_err

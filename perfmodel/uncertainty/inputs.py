@@ -35,7 +35,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..config import RANGE_SUFFIX, ConfigError, Range, exists, parse_range, read_file
+from ..config import RANGE_SUFFIX, Range, exists, parse_range, read_file
 from ..hardware import System
 from ..schema import CHIP, MODEL, SYSTEM
 from ..workload import RankingModel
@@ -133,9 +133,7 @@ def _entry(field, table: dict, key_table: str, tags: dict, file: Path, field_nam
             return None
         h = DEFAULT_SPREAD[provenance]
         rng = Range(h, h, True)
-    if is_list:
-        if not rng.relative:          # parse_range refuses it; kept for a clear invariant
-            raise ConfigError(str(file), field_name + RANGE_SUFFIX, "a list field takes only \"N%\"")
+    if is_list:                       # relative: parse_range takes only "N%" for a list
         lo, hi, value, factor, scale = 1 - rng.lo, 1 + rng.hi, 1.0, True, 1.0
     else:
         value = values[0]
@@ -155,7 +153,7 @@ def _entry(field, table: dict, key_table: str, tags: dict, file: Path, field_nam
                  provenance, leaf, scale, factor)
 
 
-def _chip_inputs(system: System, sys_data: dict, sys_tags: dict, sys_file: Path, chip_file: Path) -> list[Input]:
+def _chip_inputs(sys_data: dict, sys_tags: dict, sys_file: Path, chip_file: Path) -> list[Input]:
     chip_data, chip_tags = _read(chip_file)
     nic_over = sys_data.get("nic", {}) if isinstance(sys_data.get("nic", {}), dict) else {}
     out = []
@@ -213,7 +211,7 @@ def inputs_of(system: System, model: RankingModel | None = None) -> list[Input]:
         if sys_file is not None:
             data, tags = _read(sys_file)
             if chip_file is not None:
-                out += _chip_inputs(system, data, tags, sys_file, chip_file)
+                out += _chip_inputs(data, tags, sys_file, chip_file)
             out += _system_inputs(system, data, tags, sys_file)
     if model is not None:
         out += _model_inputs(model)
@@ -240,8 +238,13 @@ def leaf_spec(inputs: list[Input], system: System, model: RankingModel | None) -
     return tuple((idx[i.leaf], i.factor or i.value != 0) for i in inputs)
 
 
+def file_values(inputs: list[Input]) -> np.ndarray:
+    """[1, d]: each input's file value in SI, as a draw gives it (a list field's factor: 1)."""
+    return np.asarray([[1.0 if i.factor else i.value * i.scale for i in inputs]], np.float64)
+
+
 def as_applied(inputs: list[Input], values: np.ndarray) -> np.ndarray:
     """Drawn values [N, d] (SI; a factor for a list field) as leaf_spec applies them: a factor of
     the file value where it is not 0, the value itself where it is."""
-    nom = np.asarray([1.0 if i.factor else i.value * i.scale for i in inputs], np.float64)
+    nom = file_values(inputs)[0]
     return np.where(nom != 0, values / np.where(nom != 0, nom, 1.0), values)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -36,7 +36,7 @@ from ..evaluate import evaluate, resolve
 from ..hardware import System
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
-from .inputs import Input, as_applied, inputs_of, leaf_spec
+from .inputs import Input, as_applied, file_values, inputs_of, leaf_spec
 
 from . import DEFAULT_DRAWS, MAX_DRAWS
 
@@ -88,6 +88,18 @@ class ModelError:
 
 
 NO_MODEL_ERROR = ModelError(0.0, 0.0, 0.0, 0.0, 0)
+
+
+def model_error_of(model_error) -> ModelError:
+    """The ModelError a `model_error=` argument names: True or None the stored one (load_model_error),
+    False none, a ModelError itself; ConfigError for anything else."""
+    if model_error is True or model_error is None:
+        return load_model_error()
+    if model_error is False:
+        return NO_MODEL_ERROR
+    if isinstance(model_error, ModelError):
+        return model_error
+    raise ConfigError("", "model_error", f"must be True, False or a ModelError, got {model_error!r}")
 
 
 def load_model_error(path: str | Path | None = None) -> ModelError:
@@ -202,7 +214,6 @@ class Uncertain:
     eps: np.ndarray                         # [N] the model's drawn log error
     seed: int = 0
     plan: Plan | None = None
-    meta: dict = field(default_factory=dict)
 
     @property
     def draws(self) -> int:
@@ -253,14 +264,14 @@ def columns_for(inputs_per_system: list[list[Input]]) -> tuple[list[Input], list
 
 
 def propagate(systems: list[System], models: list[RankingModel], plans: list, draws: int = DEFAULT_DRAWS,
-              seed: int = 0, model_error: ModelError | None = None, error_groups: list[int] | None = None,
+              seed: int = 0, model_error: bool | ModelError | None = None, error_groups: list[int] | None = None,
               progress: str | None = None) -> list[Uncertain]:
     """Each (system, model, plan) evaluated at the same N draws: the inputs of every file drawn once
     (shared by name), the model's error drawn once per error group (default: one per machine type,
     the systems built from the same system and chip files, whatever their size), so the answers can
-    be compared draw by draw."""
+    be compared draw by draw. model_error: model_error_of's (None: the stored one)."""
     draws, seed = check_draws(draws), check_seed(seed)
-    me = load_model_error() if model_error is None else model_error
+    me = model_error_of(model_error)
     per = [inputs_of(s, m) for s, m in zip(systems, models)]
     allin, cols = columns_for(per)
     if error_groups is None:             # one machine type, one error: systems built from the same files
@@ -275,9 +286,8 @@ def propagate(systems: list[System], models: list[RankingModel], plans: list, dr
     for k, (s, m, p) in enumerate(zip(systems, models, plans)):
         pa, plan = _plan_arrays(s, m, p)
         ins = [allin[c] for c in cols[k]]
-        at_files = np.asarray([[1.0 if i.factor else i.value * i.scale for i in ins]])
         # the files' own values ride along as one more row: the nominal figures from the same program
-        figs = evaluate_draws(s, m, pa, ins, np.vstack([vals[:, cols[k]], at_files]), progress=progress)
+        figs = evaluate_draws(s, m, pa, ins, np.vstack([vals[:, cols[k]], file_values(ins)]), progress=progress)
         nom = {key: float(v[-1]) for key, v in figs.items()}
         figs = {key: v[:-1] for key, v in figs.items()}
         eps = eps_all[:, error_groups[k]]
@@ -291,8 +301,5 @@ def uncertainty(system, model, plan, draws: int = DEFAULT_DRAWS, seed: int = 0,
     over the files' uncertain inputs, with the model's own error (model_error=False: the inputs'
     spread alone). `system`, `model`: objects, preset names or paths; `plan`: a Plan, PlanArrays or
     a plan file."""
-    system, model, plan = resolve(system, model, plan)
-    if plan is None:
-        raise ConfigError("", "plan", "is required (a Plan, PlanArrays or a plan JSON path)")
-    me = (None if model_error is True else NO_MODEL_ERROR if model_error is False else model_error)
-    return propagate([system], [model], [plan], draws, seed, me, progress=progress)[0]
+    system, model, plan = resolve(system, model, plan, plan_required=True)
+    return propagate([system], [model], [plan], draws, seed, model_error, progress=progress)[0]
