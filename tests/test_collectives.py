@@ -320,6 +320,24 @@ def test_tree_between_two_nodes_sends_each_byte_once_each_way():
     assert times[64] == pytest.approx(2 * times[16], rel=0.02)
 
 
+def test_nvls_tree_between_two_nodes_is_bound_by_the_nodes_nics():
+    """NVLSTree's tree across domains is the tree's outer part: between two domains each sends S
+    (S / 8 a chip of 8), what the other needs to complete its sums. No all-reduce over N domains
+    sends less than 2 (N - 1) / N x S a domain, so none of two A3 Mega VMs (8 x 200 Gb/s each)
+    beats S / (8 x a NIC's rate), nor of eight 1.75 times that. The large sizes are NIC-bound
+    (NVLS inside the VM is faster): on two VMs NCCL's choice takes that bound."""
+    big = jnp.float32(2.0**33)
+    times = {}
+    for n in (16, 64):
+        net = coll.make_net(pm.load_system(f"h100a3mega-{n}"), 0.0)
+        bound = float(big) / 8 / float(net.bw[1])
+        times[n] = float(coll.nccl_all_reduce(net, big, 0, 1))
+        N = n // 8
+        assert times[n] >= 2 * (N - 1) / N * bound
+        if n == 16:
+            assert times[n] == pytest.approx(bound, rel=0.02)
+
+
 def test_tree_correction_is_ncclss_table_joined_continuously():
     """At the middle of each of NCCL's size bins the share is the table's (tuning.cc
     treeCorrectionFactor, Simple); beyond 256 MiB the tree gets its whole bandwidth; the share is

@@ -182,8 +182,9 @@ def _with(xp, times, a: int, value):
 
 def _nvls_tree(net: Net, tab, S):
     """NCCL's NVLSTree: NVLS inside the innermost domain, a tree across the domains (the tree
-    algorithm's outer part: 2 S / m a chip; NCCL counts it at twice the rate on two nodes), the two
-    pipelined, Simple protocol."""
+    algorithm's outer part as tree.tree_c prices it: 2 S / m a chip, S / m between two domains,
+    whose two trees run opposite ways), the two pipelined, Simple protocol. A domain's NICs bound
+    it: between two domains each sends S, at least what the other needs to complete its sums."""
     xp = xp_of(S, net.nvls_Bps)
     t = net.terms
     inner_level = np.zeros(tab["core_lat"].shape[-1], np.float32)
@@ -194,8 +195,6 @@ def _nvls_tree(net: Net, tab, S):
     lat = per_protocol(net, latency(net, H), steps, np.float32(1.0))[..., 2]
     C = tab["core_bytes"][TREE, 0].copy()
     C[:, 0] = 0.0
-    if math.prod(net.fanout[1:]) == 2:
-        C = C / 2.0
     out_b = S * hard_max(xp_of(t.inv_bw).sum(C * t.inv_bw, axis=-1), -1)
     return lat + xp.maximum(out_b, _nvls(net, S) - net.nvls_latency_s) + net.nvls_latency_s
 
