@@ -34,7 +34,7 @@ from ..smooth import hard_max, hard_min
 from . import nccl
 from .algorithms import HIER, REGISTRY, RING, TREE, a2a_c, table
 from .algorithms.ring import ring_c
-from .network import KINDS, LINKS, Net, _f32, against, blend, latency, per_protocol, shape
+from .network import KINDS, LINKS, Net, _f32, blend, latency, per_protocol, shape
 
 # a protocol a transfer cannot use costs this much (an in-network reduction runs Simple only)
 UNAVAILABLE_S = 1.0
