@@ -81,16 +81,18 @@ class Constraints:
     ignored: tuple[str, ...] = ()       # TorchRec fields read and set aside ("t0.pooling_factors")
     replicas: tuple[int, ...] | None = None      # the replica counts a plan may take (None: any)
     sync_every: int | None = None                # the most steps between the replicas' syncs (None: any)
+    hold: dict | None = None                     # plan settings held (plan.hold's keys; None: none)
 
     def __bool__(self) -> bool:
-        return bool(self.tables) or self.replicas is not None or self.sync_every is not None
+        return bool(self.tables) or self.replicas is not None or self.sync_every is not None or bool(self.hold)
 
     def merged(self, other: "Constraints") -> "Constraints":
         """These constraints with `other`'s tables (and plan-wide keys) replacing theirs."""
         src = " + ".join(s for s in (self.source, other.source) if s)
         return Constraints({**self.tables, **other.tables}, src, self.ignored + other.ignored,
                            other.replicas if other.replicas is not None else self.replicas,
-                           other.sync_every if other.sync_every is not None else self.sync_every)
+                           other.sync_every if other.sync_every is not None else self.sync_every,
+                           {**(self.hold or {}), **(other.hold or {})} or None)
 
     def to_dict(self) -> dict:
         out = {name: c.to_dict() for name, c in self.tables.items()}
@@ -204,16 +206,20 @@ def parse_constraints(data: Any, src: str = "constraints", prefix: str = "") -> 
     if not isinstance(data, dict):
         raise ConfigError(src, prefix.rstrip("."), "must map table names to their constraints")
     wide = _plan_wide(data, src, prefix)
-    data = {k: v for k, v in data.items() if not (k in PLAN_KEYS and not isinstance(v, dict))}
+    data = {k: v for k, v in data.items() if not (k in PLAN_KEYS and (k == "hold" or not isinstance(v, dict)))}
     if any(not isinstance(v, (dict, TableConstraint)) and hasattr(v, "sharding_types") for v in data.values()):
-        return dataclasses.replace(from_torchrec(data, src), replicas=wide[0], sync_every=wide[1])
+        return dataclasses.replace(from_torchrec(data, src), replicas=wide[0], sync_every=wide[1], hold=wide[2])
     return Constraints({str(name): table_constraint(c, src, f"{prefix}{name}") for name, c in data.items()}, src, (),
                        *wide)
 
 
 def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
-    """(replicas, sync_every) of a constraint set: keys beside the tables whose values are not a table's
-    (a table may be named "replicas": its value is then a table of constraints)."""
+    """(replicas, sync_every, hold) of a constraint set: keys beside the tables whose values are not a
+    table's (a table may be named "replicas": its value is then a table of constraints; `hold` is
+    always the plan's)."""
+    from .plan.hold import parse_hold     # the plan layer reads constraints: imported when parsing
+    hold = data.get("hold")
+    hold = parse_hold(hold, src, f"{prefix}hold").as_dict() or None if hold is not None else None
     r, k = data.get("replicas"), data.get("sync_every")
     r = None if isinstance(r, dict) else r
     k = None if isinstance(k, dict) else k
@@ -228,7 +234,7 @@ def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
         why = sync_every_problem(k)
         if why is not None:
             raise ConfigError(src, f"{prefix}sync_every", why)
-    return r, k
+    return r, k, hold
 
 
 def load_constraints(path: str | Path) -> Constraints:

@@ -65,7 +65,7 @@ class Breakdown:
     replicas: int = static(default=1)    # a 2D plan's sharding groups: the system has num_chips x replicas chips
 
 
-def _loaded(value, cls, load, field: str, allowed: str):
+def load_or_given(value, cls, load, field: str, allowed: str):
     """`value` if it is a `cls`; load(value) if it is a name or path; else a ConfigError naming `field`."""
     if isinstance(value, (str, Path)):
         return load(value)
@@ -76,12 +76,12 @@ def _loaded(value, cls, load, field: str, allowed: str):
 
 def as_system(system: System | str | Path) -> System:
     """A System, or one loaded from a preset name or TOML path; anything else is a ConfigError."""
-    return _loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
+    return load_or_given(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
 
 
 def as_model(model: RankingModel | str | Path) -> RankingModel:
     """A RankingModel, or one loaded from a preset name or TOML/JSON path; anything else is a ConfigError."""
-    return _loaded(model, RankingModel, load_model, "model",
+    return load_or_given(model, RankingModel, load_model, "model",
                    "a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a TOML/JSON path")
 
 

@@ -457,6 +457,9 @@ CONSTRAINT = _options(
      "them)", "[1]", "2D plans: the replica counts a plan may take (a table's ranks are then a sharding group's)"),
     ("", "sync_every", "integer", f"1 to {MAX_SYNC_EVERY:,}", "1", "2D plans: the most steps between the replicas' "
      "synchronizations"),
+    ("", "hold", "table", "dense, a2a_precision, grad_precision, offload, pipeline, grad_buckets, overlap_chunks, "
+     "all_to_all, all_reduce, reduce_scatter, all_gather", "none", "plan settings the framework fixes, which every "
+     "plan a search scores keeps (e.g. hold = {dense = \"replicated\", overlap_chunks = 1})"),
 )
 
 

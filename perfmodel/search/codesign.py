@@ -177,3 +177,32 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
             "improvement": 1.0 - final / obj_preset, "improvement_plan_fixed": fixed,
             "d_objective_d_knob": grad, "history": history, "iterations": used, "stopped": stopped,
             "plan": plan, "system": set_knob(name, system, value) if value != preset else system}
+
+
+def co_designed(system, model, method, knob, progress, k):
+    """search's co_design: the plan searched (one.search_one) at each knob value co_design tries, a
+    method that refines a plan (methods.Spec.refines) from the last value's; the result's system
+    carries the chosen value."""
+    from ..evaluate import evaluate
+    from .driver import Budget
+    from .methods import spec
+    from .one import search_one
+    from .progress import Progress
+    from .result import SearchResult
+    knob_spec(knob, system)
+    refines, start = spec(method).refines, k.options.start
+    budget = Budget(seconds=k.budget_s)
+
+    def plan_search(sv, seconds, plan, iterations):
+        opts = dataclasses.replace(k.options, start=plan if refines and plan is not None else start)
+        return search_one(sv, model, method, dataclasses.replace(k, budget_s=seconds, iterations=iterations,
+                                                                 options=opts))
+
+    with Progress(progress, k.budget_s, k.iterations, f"search {method}, co-design {knob}"):
+        info = co_design(knob, system, model, plan_search=plan_search, budget=budget, iterations=k.iterations)
+    plan, sys_v = info.pop("plan"), info.pop("system")
+    bd = evaluate(sys_v, model, plan)
+    return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
+                        samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible), wall_s=budget.elapsed(),
+                        seed=k.seed, converged=info["stopped"] != "budget_s", notes={"co_design": info},
+                        system=sys_v, iterations=info["iterations"], stopped=info["stopped"])

@@ -150,7 +150,7 @@ def group_specs(p: Problem, plan: Plan, other_dense: bool = False) -> tuple[np.n
     out = [o + (np.full(len(o[0]), 2), np.full(len(o[0]), -1)) for o in out]
     # column-wise splits: under the plan's dense parallelism (-1), or each other one allowed
     types, doms, changed, width = p.splits
-    modes = [-1] if not other_dense else [] if p.freeze_settings else \
+    modes = [-1] if not other_dense else [] if p.freeze_settings or "dense" in p.hold else \
         [i for i, m in enumerate(DENSE_MODES) if m != plan.dense and p.masks.dense[i] > -1]
     types, doms = np.where(changed, types, base_type), np.where(changed, doms, base_dom)
     same = unchanged(types, doms, changed, width)

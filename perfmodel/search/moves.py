@@ -174,25 +174,30 @@ def swaps(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) -> tuple
 
 
 def setting_changes(p: Problem, plan: Plan) -> list[Plan]:
-    """Every plan one setting away from `plan` (none when the settings are frozen)."""
+    """Every plan one setting away from `plan` (none when the settings are frozen; none that
+    changes a held setting)."""
     if p.freeze_settings:
         return []
-    masks, out = p.masks, []
-    for m, mode in enumerate(DENSE_MODES):
-        if mode != plan.dense and masks.dense[m] > -1:
-            out.append(dataclasses.replace(plan, dense=mode))
-    for kind in COLLECTIVES:
+    masks, out, held = p.masks, [], p.hold
+    if "dense" not in held:
+        for m, mode in enumerate(DENSE_MODES):
+            if mode != plan.dense and masks.dense[m] > -1:
+                out.append(dataclasses.replace(plan, dense=mode))
+    for kind in (k for k in COLLECTIVES if k not in held):
         for a in ALLOWED_ALGORITHMS[kind]:
             if a != plan.algorithms.get(kind):
                 out.append(dataclasses.replace(plan, algorithms=dict(plan.algorithms, **{kind: a})))
     for name, mask in (("a2a_precision", masks.a2a), ("grad_precision", masks.grad)):
         for i, prec in enumerate(PRECISIONS):
-            if mask[i] > -1 and prec != getattr(plan, name):
+            if name not in held and mask[i] > -1 and prec != getattr(plan, name):
                 out.append(dataclasses.replace(plan, **{name: prec}))
-    out += [dataclasses.replace(plan, grad_buckets=b) for b in (1, 2, 4, 8, 16, 32) if b != plan.grad_buckets]
-    out += [dataclasses.replace(plan, overlap_chunks=c) for c in (1, 2, 4, 8) if c != plan.overlap_chunks]
-    out.append(dataclasses.replace(plan, pipeline=not plan.pipeline))
-    if masks.has_engines:
+    if "grad_buckets" not in held:
+        out += [dataclasses.replace(plan, grad_buckets=b) for b in (1, 2, 4, 8, 16, 32) if b != plan.grad_buckets]
+    if "overlap_chunks" not in held:
+        out += [dataclasses.replace(plan, overlap_chunks=c) for c in (1, 2, 4, 8) if c != plan.overlap_chunks]
+    if "pipeline" not in held:
+        out.append(dataclasses.replace(plan, pipeline=not plan.pipeline))
+    if masks.has_engines and "offload" not in held:
         out.append(dataclasses.replace(plan, offload=not plan.offload))
     return out
 

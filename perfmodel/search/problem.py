@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cost.arrays import as_numpy
 from ..hardware import System
-from ..plan import CW, DP, TWRW, Masks, Plan, admissible, domain_ranks, plan_arrays, stack
+from ..plan import CW, DP, TWRW, Hold, Masks, Plan, admissible, domain_ranks, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
 
@@ -36,6 +36,7 @@ class Problem:
     limits: object = None                # plan.Limits: plans that break them score as VIOLATED
     draws: object = None                 # uncertainty.robust.Draws: a feasible plan scores the objective's
                                          # quantile of its step over them (score.scores)
+    hold: Hold = Hold()                  # settings held (plan.hold): every plan scored and returned has them
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -83,7 +84,11 @@ class Problem:
 
     # ------------------------------------------------------------------ scoring
     def arrays(self, plan: Plan, tables=None):
-        return plan_arrays(plan, self.system, self.model, tables)
+        return plan_arrays(self.held(plan), self.system, self.model, tables)
+
+    def held(self, plan: Plan) -> Plan:
+        """`plan` with the held settings (plan.hold)."""
+        return self.hold.apply(plan)
 
     def domain_ranks(self, h: int) -> list[int]:
         """The ranks of scale-up domain h (a partial last one holds fewer)."""
@@ -102,6 +107,7 @@ class Problem:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
         no plan changes, carries the batch axis; the scores float32, as compiled)."""
+        pa = self.hold.arrays(pa, batched=False)
         if not eager or self.draws is not None:      # the objective's draws: compiled only
             return tuple(np.asarray(x) for x in
                          sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6])
@@ -116,6 +122,7 @@ class Problem:
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
+        pa = self.hold.arrays(pa, batched=False)
         return float(sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[0])
 
     def breakdown(self, plan: Plan):
@@ -125,6 +132,7 @@ class Problem:
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
         """[2, n] hard and tie-broken scores of a batch under this problem's guard (and objective's
         draws: compiled, max_batch plans a call); eager: in numpy."""
+        batch = self.hold.arrays(batch, batched=True)
         if self.draws is not None:
             return sc.score_pairs(self.system, self.model, batch, self.guard, False, self.limits, self.draws,
                                   self.max_batch)
@@ -144,10 +152,11 @@ class Problem:
         return admissible(self.limits, c)
 
     def with_settings_of(self, base: Plan):
-        """plan -> plan with `base`'s settings when the settings are frozen (else as it is)."""
+        """plan -> plan with `base`'s settings when the settings are frozen, with the held ones in
+        any case."""
         if not self.freeze_settings:
-            return lambda p: p
-        return lambda p: dataclasses.replace(base, tables=p.tables)
+            return self.held
+        return lambda p: self.held(dataclasses.replace(base, tables=p.tables))
 
 
 def _replicated(p: Problem) -> np.ndarray:
