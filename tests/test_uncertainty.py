@@ -205,7 +205,10 @@ def test_model_error_recomputes_and_intervals_are_calibrated():
     for r, s in zip(rows, spreads):                        # the presets still give the stored run-plan steps
         assert s["run_plan_ms"] == pytest.approx(r["run_plan_ms"], rel=1e-5)
     me, stored = ME.fit(spreads), P.load_model_error()
-    assert (me.mean, me.sigma, me.input_sigma) == pytest.approx((stored.mean, stored.sigma, stored.input_sigma), abs=1e-4)
+    assert (me.mean, me.sigma, me.input_sigma, me.transfer_sigma) == pytest.approx(
+        (stored.mean, stored.sigma, stored.input_sigma, stored.transfer_sigma), abs=1e-4)
+    assert [(f, n) for f, _, n in me.families] == [(f, n) for f, _, n in stored.families]
+    assert [m for _, m, _ in me.families] == pytest.approx([m for _, m, _ in stored.families], abs=1e-4)
     inside = ME.coverage(spreads, me, 0)
     assert 0.7 <= sum(inside) / len(inside) <= 0.9
 

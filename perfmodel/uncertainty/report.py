@@ -46,8 +46,15 @@ def to_dict(res: Uncertain, figures=tuple(FIGURES)) -> dict:
 
 def header(res: Uncertain) -> str:
     me = res.model_error
-    err = (f"the model's own error from {me.rows} measured runs at their plans: bias {100 * math.expm1(me.mean):+.1f} %, "
-           f"spread {100 * me.sigma:.1f} % beyond the inputs'" if me.rows else "the inputs' spread alone (no model error)")
+    mean, within, between = me.spread(res.family)
+    if not me.rows:
+        err = "the inputs' spread alone (no model error)"
+    elif me.fitted(res.family):
+        err = (f"the model's own error from {me.rows} measured runs at their plans: bias {100 * math.expm1(mean):+.1f} %, "
+               f"spread {100 * within:.1f} % beyond the inputs'")
+    else:
+        err = (f"the model's own error from {me.rows} measured runs at their plans, none of {res.family}'s family: no bias, "
+               f"spread {100 * math.hypot(within, between):.1f} % beyond the inputs' (carrying the fit to another generation)")
     return (f"uncertainty: {res.draws:,} draws (seed {res.seed}) of {len(res.inputs)} uncertain inputs; {err}")
 
 
