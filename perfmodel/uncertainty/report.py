@@ -46,14 +46,20 @@ def to_dict(res: Uncertain, figures=tuple(FIGURES)) -> dict:
 
 def header(res: Uncertain) -> str:
     me = res.model_error
-    mean, within, between = me.spread(res.family)
+    family = getattr(res, "family", None)
+    mean, within, between = me.spread(family)
     if not me.rows:
         err = "the inputs' spread alone (no model error)"
-    elif me.fitted(res.family):
+    elif family is None and me.families:         # several machines: each draws its family's
+        fams = ", ".join(f"{f} {100 * math.expm1(m):+.1f} %" for f, m, _ in me.families)
+        err = (f"the model's own error from {me.rows} measured runs at their plans: bias by family {fams}, spread "
+               f"{100 * me.sigma:.1f} % beyond the inputs'; any other family no bias, spread "
+               f"{100 * max(me.transfer_sigma, me.sigma):.1f} %")
+    elif me.fitted(family):
         err = (f"the model's own error from {me.rows} measured runs at their plans: bias {100 * math.expm1(mean):+.1f} %, "
                f"spread {100 * within:.1f} % beyond the inputs'")
     else:
-        err = (f"the model's own error from {me.rows} measured runs at their plans, none of {res.family}'s family: no bias, "
+        err = (f"the model's own error from {me.rows} measured runs at their plans, none of {family}'s family: no bias, "
                f"spread {100 * math.hypot(within, between):.1f} % beyond the inputs' (carrying the fit to another generation)")
     return (f"uncertainty: {res.draws:,} draws (seed {res.seed}) of {len(res.inputs)} uncertain inputs; {err}")
 
