@@ -23,7 +23,8 @@ auto, as the planner's source does it:
   - memory per shard rows / split x 1.024e-6 GB, within 60 GB per GPU less the replicated tables;
   - a round: the shards, hottest first, each to the first bucket in the order of the buckets'
     current costs that holds no shard of its table and has the memory; if every shard is placed the
-    candidate is kept and the hottest table whose split can double (split x 2 <= G) doubles it; if a
+    candidate is kept and the hottest table whose split can double (split x 2 <= G; the first such
+    in the list's order) doubles it; if a
     shard finds no bucket its table's split doubles, or the search ends; at most 20 rounds; the
     lowest score wins (the earlier of equals). Splits are powers of two, by rows.
 
