@@ -169,3 +169,19 @@ def test_write_refuses_an_existing_file(tmp_path):
     assert load_model_error(p) == me
     with pytest.raises(ConfigError, match="exists already"):
         ME.write(me, [], p)
+
+
+def test_the_header_says_which_error_a_machine_draws():
+    from perfmodel.uncertainty.propagate import Uncertain
+    from perfmodel.uncertainty.report import compare_lines, header
+    me = ModelError(-0.1, 0.0, 0.07, 0.09, 9, (("hopper", -0.056, 7), ("ampere", -0.2, 2)), 0.082)
+
+    def fake(family, x):
+        x = np.asarray(x, float)
+        return Uncertain({"step_s": float(np.median(x)), "samples_per_s": float(1 / np.median(x))},
+                         {"step_s": x, "samples_per_s": 1 / x}, [], me, np.zeros((len(x), 0)), np.zeros(len(x)),
+                         family=family)
+    assert "bias -5.4 %" in header(fake("hopper", [1.0, 2.0]))
+    assert "none of mtia's family: no bias, spread 8.2 %" in header(fake("mtia", [1.0, 2.0]))
+    both = compare_lines(["m", "h"], [fake("mtia", [1.0, 1.0]), fake("hopper", [2.0, 2.0])])[0]
+    assert "ampere -18.1 %" in both and "any other family no bias, spread 8.2 %" in both

@@ -3,6 +3,7 @@ value) and the JSON every command's --json carries (keys p10, p50, p90; compare'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -107,7 +108,9 @@ def compare_dict(names: list[str], res: list[Uncertain]) -> dict:
 def compare_lines(names: list[str], res: list[Uncertain]) -> list[str]:
     d = compare_dict(names, res)
     width = max(len("system"), *map(len, names))
-    out = [header(res[0]).replace(f"of {len(res[0].inputs)} uncertain", f"of {d['inputs']} uncertain"),
+    families = {r.family for r in res}
+    first = res[0] if len(families) == 1 else dataclasses.replace(res[0], family=None)   # each draws its family's
+    out = [header(first).replace(f"of {len(res[0].inputs)} uncertain", f"of {d['inputs']} uncertain"),
            f"  {'system':<{width}} {'step ms p10':>12} {'p50':>8} {'p90':>8}"]
     for n in names:
         q = d["systems"][n]["step_s"]
