@@ -420,6 +420,7 @@ def _parse_chip(data: dict, src: str) -> tuple[Chip, Nic, Offload]:
     top = Section(data, src)
     name = top.text("name")
     top.text("description", default="")
+    top.text("architecture", default="")      # read by architecture(): the family the model's error is known for
 
     c = top.sub("compute")
     num = _reader(c, CHIP, "compute")
@@ -650,6 +651,20 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
     return System(chip=chip, nic=nic, offload=off, levels=lv, host_power_W=_f(host_W),
                   host_usd_per_hour=_f(host_usd), num_chips=n, chips_per_host=min(per_host, n),
                   name=f"{family}-{n}", files=(src, str(chip_path)))
+
+
+def architecture(system: System) -> str:
+    """The chip's architecture family (the chip file's `architecture`, e.g. "hopper"), the unit over
+    which the model's error is fitted and transferred (uncertainty/modelerror.py); a chip file that
+    names none is a family of its own (its file name), so nothing fitted on another family claims it."""
+    if len(system.files) < 2:
+        return system.name
+    path = Path(system.files[1])
+    try:
+        value = read_file(path).get("architecture", "")
+    except ConfigError:
+        value = ""
+    return str(value).strip().lower() or f"chip:{path.stem}"
 
 
 def _near(n: int, step: int, most: int) -> str:

@@ -199,15 +199,23 @@ def test_the_model_errors_share_is_its_variance_share(h100_8, mlperf, greedy_pla
 
 def test_model_error_recomputes_and_intervals_are_calibrated():
     """model_error.json is what the validation rows give now (a stale file would mislead every
-    interval), and the measured step lies inside the 80 % interval in 70-90 % of the runs."""
+    interval), and the measured step lies inside the 80 % interval in 70-90 % of the runs, also
+    leaving one system out and leaving one generation out."""
     rows = ME.validation_rows()
     spreads = ME.row_spreads(rows, ME.FIT_DRAWS, 0)
     for r, s in zip(rows, spreads):                        # the presets still give the stored run-plan steps
         assert s["run_plan_ms"] == pytest.approx(r["run_plan_ms"], rel=1e-5)
     me, stored = ME.fit(spreads), P.load_model_error()
-    assert (me.mean, me.sigma, me.input_sigma) == pytest.approx((stored.mean, stored.sigma, stored.input_sigma), abs=1e-4)
+    assert (me.mean, me.sigma, me.input_sigma, me.transfer_sigma) == pytest.approx(
+        (stored.mean, stored.sigma, stored.input_sigma, stored.transfer_sigma), abs=1e-4)
+    assert [(f, n) for f, _, n in me.families] == [(f, n) for f, _, n in stored.families]
+    assert [m for _, m, _ in me.families] == pytest.approx([m for _, m, _ in stored.families], abs=1e-4)
     inside = ME.coverage(spreads, me, 0)
     assert 0.7 <= sum(inside) / len(inside) <= 0.9
+    # on machines and generations the fit did not see: each system's, then each chip family's rows
+    # at the parameters and the error fitted without them
+    for held in (ME.loso_coverage(spreads, 0), ME.logo_coverage(spreads, 0)):
+        assert len(held) == len(rows) and 0.7 <= sum(held) / len(held) <= 0.9
 
 
 # --------------------------------------------------------------------------------------- the CLI

@@ -31,8 +31,15 @@ with cuBLAS, NCCL and the embedding kernels of one framework), never of a system
   gather   the embedding kernels' random-row efficiency (every chip's gather_efficiency_max, scaled)
   latency  the collectives' per-step and per-call latencies (every link's, scaled)
 
+Leave one generation out (at the runs' own plans): the shared parameters fitted on the rows of
+every other chip architecture (hardware.architecture: the chip file's `architecture`, e.g. ampere,
+hopper), this architecture's rows evaluated at them: A100 rows predicted from the H100 rows' fit and
+the reverse. Leaving a system out keeps its generation's other systems in the fit; leaving the
+generation out is what a new chip is to the model.
+
 Error of a row: predicted / measured step - 1; per dataset the geometric-mean error
-exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one.
+exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one; and the bias, the mean signed error
+exp(mean ln(t_pred / t_meas)) - 1 (< 0: the model runs fast), for every set of predictions.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ import numpy as np
 import optax
 
 from ..config import DATA_DIR, ConfigError
+from ..hardware import architecture
 from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
 from .csvfile import read_rows, shown
@@ -286,7 +294,8 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
         blind.append(_step_ms(system, model, plan))
         greedy.append(_step_ms(system, model, greedy_plan(system, model)))
     meas = np.asarray([r.ms_per_step for r in rows])
-    out_rows = [{"system": r.system, "model": r.model, "global_batch": r.global_batch, "dense_dtype": r.dense_dtype,
+    out_rows = [{"system": r.system, "generation": generation(r), "model": r.model, "global_batch": r.global_batch,
+                 "dense_dtype": r.dense_dtype,
                  "precisions": list(r.precisions), "in_network_reduction": r.in_network, "run": r.run,
                  "measured_ms": float(m), "best_plan_ms": b, "best_plan_err": b / m - 1.0, "blind_ms": b,
                  "greedy_ms": g, "blind_err": b / m - 1.0, "greedy_err": g / m - 1.0, "plan": p.to_dict(),
@@ -303,15 +312,18 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
                         "run_plan_err": ms / out["measured_ms"] - 1.0, "run_plan": run.to_dict(),
                         "claimed_gain": ms / out["best_plan_ms"] - 1.0})
     rep = {"dataset": ds.name, "file": shown(ds.path), "rows": out_rows,
-           "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1)))}
+           "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1))),
+           "blind_bias": bias(blind, meas)}
     rep["best_plan_geomean_err"], rep["best_plan_max_err"] = rep["blind_geomean_err"], rep["blind_max_err"]
     have = [i for i, ms in enumerate(run_ms) if ms is not None]
     if have:
         rm, mm = np.asarray([run_ms[i] for i in have]), meas[have]
         rep["run_plan_geomean_err"] = geomean(rm, mm)
         rep["run_plan_max_err"] = float(np.max(np.abs(rm / mm - 1)))
+        rep["run_plan_bias"] = bias(rm, mm)
     if calibrated and have:
         _run_plan_folds(rows, runs, out_rows, rep, log)
+        _run_plan_folds(rows, runs, out_rows, rep, log, by="generation")
     if calibrated:
         systems = sorted({r.system for r in rows})
         folds = {}
@@ -332,31 +344,63 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
         cal = [r["calibrated_ms"] for r in out_rows]
         rep.update({"calibrated_geomean_err": geomean(cal, meas),
                     "calibrated_max_err": float(np.max(np.abs(np.asarray(cal) / meas - 1))),
+                    "calibrated_bias": bias(cal, meas),
                     "folds": {k: dict(zip(PARAMETERS, v)) for k, v in folds.items()}})
     return rep
 
 
-def _run_plan_folds(rows, runs, out_rows, rep, log) -> None:
-    """Leave one system out at the runs' own plans: the shared parameters fitted on every other
-    system's rows (their run plans held), this system's run plans evaluated at them. No search: the
-    plans are the runs'."""
+def generation(row: StepRow) -> str:
+    """The row's chip architecture (hardware.architecture of its system)."""
+    from ..evaluate import as_system
+    return architecture(as_system(row.system))
+
+
+def held_out_folds(groups: list[str]) -> dict[str, tuple[list[int], list[int]]]:
+    """Per group (in first-seen order): (the rows a fit uses: every other group's, the rows it
+    predicts: the group's own). A group with no other group's rows to fit on has no fold."""
+    out = {}
+    for g in dict.fromkeys(groups):
+        held = [i for i, x in enumerate(groups) if x == g]
+        train = [i for i, x in enumerate(groups) if x != g]
+        if train:
+            out[g] = (train, held)
+    return out
+
+
+def _run_plan_folds(rows, runs, out_rows, rep, log, by: str = "system") -> None:
+    """Held out at the runs' own plans: the shared parameters fitted on every other system's rows
+    (by="system": leave one system out, keys run_plan_loso_*) or every other chip architecture's
+    (by="generation": leave one generation out, run_plan_logo_*), their run plans held; the held
+    rows' run plans evaluated at them. No search: the plans are the runs'."""
     idx = [i for i, p in enumerate(runs) if p is not None]
     sub = [rows[i] for i in idx]
+    key = "loso" if by == "system" else "logo"
+    groups = [r.system if by == "system" else out_rows[i]["generation"] for r, i in zip(sub, idx)]
     folds = {}
-    for name in sorted({r.system for r in sub}):
+    for name, (train, held) in held_out_folds(groups).items():
         log(f"fitting without {name}, at the runs' plans")
-        theta = fit(sub, [runs[i] for i in idx], [0.0 if r.system == name else 1.0 for r in sub])
+        theta = fit(sub, [runs[i] for i in idx], [1.0 if k in train else 0.0 for k in range(len(sub))])
         folds[name] = dict(zip(PARAMETERS, (float(x) for x in theta)))
-        for i in idx:
-            if rows[i].system == name:
-                system, model = problem(rows[i])
-                ms = _step_ms(scaled(system, jnp.asarray(theta)), model, runs[i])
-                out_rows[i]["run_plan_loso_ms"] = ms
-                out_rows[i]["run_plan_loso_err"] = ms / out_rows[i]["measured_ms"] - 1.0
-    got = [out_rows[i]["run_plan_loso_ms"] for i in idx]
-    mm = np.asarray([out_rows[i]["measured_ms"] for i in idx])
-    rep.update({"run_plan_loso_geomean_err": geomean(got, mm), "run_plan_loso_max_err": float(np.max(np.abs(np.asarray(got) / mm - 1))),
-                "run_plan_folds": folds})
+        for k in held:
+            i = idx[k]
+            system, model = problem(rows[i])
+            ms = _step_ms(scaled(system, jnp.asarray(theta)), model, runs[i])
+            out_rows[i][f"run_plan_{key}_ms"] = ms
+            out_rows[i][f"run_plan_{key}_err"] = ms / out_rows[i]["measured_ms"] - 1.0
+    done = [i for i in idx if f"run_plan_{key}_ms" in out_rows[i]]
+    if not done:
+        return
+    got = np.asarray([out_rows[i][f"run_plan_{key}_ms"] for i in done])
+    mm = np.asarray([out_rows[i]["measured_ms"] for i in done])
+    rep.update({f"run_plan_{key}_geomean_err": geomean(got, mm), f"run_plan_{key}_max_err": float(np.max(np.abs(got / mm - 1))),
+                f"run_plan_{key}_bias": bias(got, mm), f"run_plan_{key}_rows": len(done),
+                ("run_plan_folds" if key == "loso" else "run_plan_generation_folds"): folds})
+
+
+def bias(pred, meas) -> float:
+    """The mean signed error, exp(mean ln(pred / meas)) - 1: < 0 where the model runs fast."""
+    r = np.log(np.asarray(pred, np.float64) / np.asarray(meas, np.float64))
+    return float(np.expm1(r.mean())) if r.size else float("nan")
 
 
 def geomean(pred, meas) -> float:
@@ -379,20 +423,25 @@ def format_steps(rep: dict, rows: bool = True) -> str:
     head.append(f"at perfmodel's best plan: blind {pct('blind_geomean_err')}"
                 + (f", leave-one-system-out {pct('calibrated_geomean_err')}" if cal else ""))
     lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]]
+    lines += _generation_lines(rep)
     if rows:
         run = any("run_plan_ms" in r for r in rep["rows"])
         loso = any("run_plan_loso_ms" in r for r in rep["rows"])
+        logo = any("run_plan_logo_ms" in r for r in rep["rows"])
         lines.append(f"  {'system':<12} {'batch':>7} {'measured':>9}" + (f" {'run plan':>9} {'err':>7}" if run else "")
-                     + (f" {'LOSO':>8} {'err':>7}" if loso else "") + f" {'best plan':>9} {'err':>7} {'claims':>7}"
+                     + (f" {'LOSO':>8} {'err':>7}" if loso else "") + (f" {'LOGO':>8} {'err':>7}" if logo else "")
+                     + f" {'best plan':>9} {'err':>7} {'claims':>7}"
                      + (f" {'LOSO':>8} {'err':>7}" if cal else "") + f" {'greedy':>8}   planner, run")
         ms = lambda r, k: f" {r[k]:>7.3f}ms {100 * r[k.replace('_ms', '_err')]:>6.1f}%" if k in r else f" {'-':>9} {'-':>7}"
         for r in rep["rows"]:
             gain = f" {-100 * r['claimed_gain'] / (1 + r['claimed_gain']):>6.1f}%" if "claimed_gain" in r else f" {'-':>7}"
             lines.append(f"  {r['system']:<12} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms"
                          + (ms(r, "run_plan_ms") if run else "") + (ms(r, "run_plan_loso_ms") if loso else "")
+                         + (ms(r, "run_plan_logo_ms") if logo else "")
                          + ms(r, "blind_ms") + gain + (ms(r, "calibrated_ms") if cal else "")
                          + f" {r['greedy_ms']:>6.3f}ms   {r.get('planner', '-')}, {r['run']}")
-        lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model")
+        lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model"
+                     + ("; LOGO: the shared parameters fitted on the other chip generations' rows" if logo else ""))
         for r in rep["rows"]:
             if "best_start" in r:
                 moved = sorted(r["search_saved_ms"].items(), key=lambda kv: -abs(kv[1]))[:3]
@@ -401,6 +450,21 @@ def format_steps(rep: dict, rows: bool = True) -> str:
                                 + ", ".join(f"{k} {'-' if v >= 0 else '+'}{abs(v):.3f} ms" for k, v in moved) + ")"
                                 if r["search_kept"] == "search" else "the search found nothing faster"))
     return "\n".join(lines)
+
+
+def _generation_lines(rep: dict) -> list[str]:
+    """Leave one generation out and the bias (mean signed error) of each set of predictions."""
+    out = []
+    if "run_plan_logo_geomean_err" in rep:
+        out.append(f"  at the runs' own plans, leave-one-generation-out (the shared parameters fitted on the other "
+                   f"chip generation's rows, {rep['run_plan_logo_rows']} rows): {100 * rep['run_plan_logo_geomean_err']:.1f} % "
+                   f"(max {100 * rep['run_plan_logo_max_err']:.0f} %)")
+    parts = [(label, rep[k]) for label, k in (("run plan blind", "run_plan_bias"), ("LOSO", "run_plan_loso_bias"),
+                                              ("LOGO", "run_plan_logo_bias"), ("best plan blind", "blind_bias"),
+                                              ("best plan LOSO", "calibrated_bias")) if k in rep]
+    if parts:
+        out.append("  bias (mean signed error, < 0: too fast): " + ", ".join(f"{label} {100 * v:+.1f} %" for label, v in parts))
+    return out
 
 
 def save_results(rep: dict, path: str | Path) -> None:
