@@ -95,6 +95,17 @@ def test_the_written_presets_are_the_fitted_system_and_cite_every_number(calibra
     assert g.hi == pytest.approx(0.65 * rep["scales"]["gather"], rel=1e-4)
 
 
+def test_the_calibrated_chip_goes_into_a_system_with_its_own_nics(calibrated):
+    """A system's [nic] replaces the chip's NIC numbers, not their ranges: the chip's NIC ranges are
+    relative, so they hold the system's values (h100p5's EFA: 2 us per message against the chip's 1)."""
+    rep, out, _ = calibrated
+    from perfmodel.uncertainty.inputs import inputs_of
+    system = pm.load_system("h100p5-8", chip=out / "h100.chip.toml")
+    assert system.chip.gather_eff_max == pytest.approx(0.57 * rep["scales"]["gather"], rel=1e-5)
+    assert float(system.nic.per_message_s) == pytest.approx(float(pm.load_system("h100p5-8").nic.per_message_s), rel=1e-6)
+    assert inputs_of(system)
+
+
 def test_evaluate_and_its_uncertainty_take_the_written_system(calibrated, capsys):
     rep, out, _ = calibrated
     system = str(out / f"{SYSTEM}.toml")

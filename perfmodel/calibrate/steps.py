@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import RANGE_SUFFIX, ConfigError, read_file
+from ..config import MAX_RELATIVE_RANGE, RANGE_SUFFIX, ConfigError, read_file
 from ..files import check_output, write_new
 from ..schema import CHIP, SYSTEM
 from .io import _fmt
@@ -51,6 +51,8 @@ FOLLOWS = {("core_collectives", "call_overhead_us")}
 NIC_LATENCIES = ("latency_us", "per_message_overhead_us", "pcie_latency_us")
 CAPPED = {"gemm", "gather"}          # efficiencies: scaled() caps them at 1
 PLAN_FILE = "plan_file"
+LEAF = {"gemm": "matmul_eff_max", "gather": "gather_eff_max"}
+FAR = 0.02                           # a row this far off after the fit: the report says the scales could not reach it
 
 
 @dataclasses.dataclass
@@ -238,7 +240,7 @@ def _rows_text(lines: list[int]) -> str:
     return ("row " if len(lines) == 1 else "rows ") + ", ".join(parts)
 
 
-def _range_for(param, base_value, theta, spread, base_input, spec) -> tuple[str, str]:
+def _range_for(param, base_value, theta, spread, base_input, spec, relative: bool = False) -> tuple[str, str]:
     """(the TOML range, its source comment) of one fitted number."""
     value = _value(param, base_value, theta)
     if spread:
@@ -253,6 +255,15 @@ def _range_for(param, base_value, theta, spread, base_input, spec) -> tuple[str,
     else:
         return '"0%"', "source: exact in the base preset (a default), so exact here too"
     lo, hi = max(min(lo, value), spec.lo), min(max(hi, value), spec.hi)
+    if value > 0:
+        up, down = hi / value - 1, 1 - lo / value
+        # a relative range holds whatever value the line ends up with: a system's own [nic] replaces a
+        # chip's NIC numbers but not their ranges, so the chip's NIC ranges are relative (covering the
+        # fit's range); any range that is symmetric reads the same either way
+        if relative or abs(up - down) < 1e-6:
+            pct = 100 * max(up, down)
+            if pct <= MAX_RELATIVE_RANGE:
+                return f'"{pct:.4g}%"', why
     return f"[{lo:.6g}, {hi:.6g}]", why
 
 
@@ -286,7 +297,8 @@ def chip_text(base_path: Path, base_system, theta, spread, inputs, source: str, 
             value = _value(param, base_value, theta)
             if raw is None:          # a default: the fitted system's own value, which scaled() moved
                 value = _unit_value(fitted, spec.leaf, spec.scale)
-            rng, why = _range_for(param, base_value, theta, spread, by_field.get(f"{section}.{key}"), spec)
+            rng, why = _range_for(param, base_value, theta, spread, by_field.get(f"{section}.{key}"), spec,
+                                  relative=section == "nic")
             comment = (f"source: fitted by perfmodel calibrate --steps on {source}: the base's {base_value:.6g} x "
                        f"{_factor(param, theta):.4g} ({param} scale)" + (", capped at 1" if param in CAPPED and value < base_value * _factor(param, theta) * (1 - 1e-6) else ""))
             text = set_field(text, section, key, _fmt(value), comment, rng, why)
@@ -423,7 +435,9 @@ def calibrate_steps(csv: str | Path, out_dir: str | Path, *, draws: int = 1000, 
     return {"file": str(csv), "out": str(out_dir), "date": date, "command": command, "draws": draws,
             "scales": {p: _factor(p, theta) for p in names}, "theta": dict(zip(names, map(float, theta))),
             "folds": [dict(zip(names, map(float, s))) for s in spread],
-            "written": [str(p) for p in written], "rows": rows}
+            "written": [str(p) for p in written], "rows": rows,
+            "capped": {p: any(_value(p, float(np.asarray(getattr(t.system.chip, LEAF[p]))), theta)
+                              >= 1.0 for t in targets) for p in sorted(CAPPED)}}
 
 
 def format_report(rep: dict) -> str:
@@ -431,29 +445,40 @@ def format_report(rep: dict) -> str:
     n = len(rep["rows"])
     lines = [f"calibrated on {rep['file']} ({n} row{'s' * (n != 1)}, {rep['date']}): gemm x {s['gemm']:.4f}, "
              f"gather x {s['gather']:.4f}, latency x {s['latency']:.4f}"
-             + (f" (leave-one-row-out: {len(rep['folds'])} fits)" if rep["folds"] else " (one row: no fold spread)"),
+             + (f" (ranges: {len(rep['folds'])} leave-one-row-out fits)" if rep["folds"] else
+                " (one row: the ranges are the base's, moved)"),
              "wrote " + ", ".join(rep["written"]),
-             f"  {'row':>4} {'system':<14} {'batch':>7} {'measured':>9} {'before':>9} {'err':>7} {'after':>9} {'err':>7}"
-             + (f"   80 % interval width (holds?), with the model error | inputs alone" if rep["draws"] else "")]
+             f"  {'row':>4} {'system':<14} {'batch':>7} {'measured':>9} {'before':>9} {'err':>7} {'after':>9} {'err':>7}"]
     for r in rep["rows"]:
-        line = (f"  {r['line']:>4} {r['system']:<14} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms "
-                f"{r['before_ms']:>7.3f}ms {100 * r['before_err']:>+6.1f}% {r['after_ms']:>7.3f}ms {100 * r['after_err']:>+6.1f}%")
-        if "interval_before" in r:
-            w = lambda k, e: (f"{100 * r[k][e]['width']:.0f}% ({'yes' if r[k][e]['holds'] else 'no'})")
-            line += (f"   {w('interval_before', 'with_model_error')} -> {w('interval_after', 'with_model_error')} | "
-                     f"{w('interval_before', 'inputs_only')} -> {w('interval_after', 'inputs_only')}")
-        lines.append(line)
+        lines.append(f"  {r['line']:>4} {r['system']:<14} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms "
+                     f"{r['before_ms']:>7.3f}ms {100 * r['before_err']:>+6.1f}% {r['after_ms']:>7.3f}ms "
+                     f"{100 * r['after_err']:>+6.1f}%")
+    off = [r for r in rep["rows"] if abs(r["after_err"]) > FAR]
+    if off:
+        capped = [p for p in sorted(CAPPED) if rep.get("capped", {}).get(p)]
+        lines.append(f"  note: {len(off)} row{'s' * (len(off) != 1)} still beyond {100 * FAR:.0f} % after the fit"
+                     + (f" ({' and '.join(capped)} efficiency capped at 1)" if capped else "")
+                     + ": the three shared scales do not fit it (runs that disagree with each other, or a link, a "
+                     "kernel or a setting the scales do not reach); where one row pulls them far, check the written "
+                     "presets before using them for other runs")
     if rep["draws"]:
-        lines.append(f"  interval: p10 to p90 of the step over {rep['draws']:,} draws at the row's plan, as `perfmodel evaluate "
-                     "--uncertainty` gives it (width = (p90 - p10) / p50; holds: the measured step lies inside)")
+        lines.append(f"  80 % interval of the step, p10 - p90 over {rep['draws']:,} draws at the row's plan (width: "
+                     "(p90 - p10) / p50; holds: the measured step lies inside):")
+        iv = lambda d: f"{d['p10_ms']:.3f} - {d['p90_ms']:.3f} ms ({100 * d['width']:.0f} %, {'holds' if d['holds'] else 'misses'})"
+        for r in rep["rows"]:
+            if "interval_before" not in r:
+                continue
+            for key, what in (("with_model_error", "as evaluate --uncertainty"), ("inputs_only", "inputs alone")):
+                lines.append(f"  {r['line']:>4} {what:<26} before {iv(r['interval_before'][key])}, "
+                             f"after {iv(r['interval_after'][key])}")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- one row, the others held out
 
-def held_out_check(csv: str | Path, line: int, out_dir: str | Path, *, draws: int = 0, log=lambda m: None) -> dict:
-    """Calibrate on row `line` of `csv` alone (a one-row copy of the CSV beside `out_dir`; the presets
-    into `out_dir`), then price every other row at its run's plan: with the presets as shipped
+def held_out_check(csv: str | Path, lines, out_dir: str | Path, *, draws: int = 0, log=lambda m: None) -> dict:
+    """Calibrate on the rows of `csv` on `lines` (a line number or several) alone (a copy of the CSV
+    with those rows only, written beside `out_dir`; the presets into `out_dir`), then price every other row at its run's plan: with the presets as shipped
     (blind), with the validation's stored leave-one-system-out (results.json, for a row it holds), and
     with the calibrated presets where they apply to it: the calibrated system file at the row's size
     for a row of the same system family, the row's own system with the calibrated chip for a row that
@@ -464,14 +489,15 @@ def held_out_check(csv: str | Path, line: int, out_dir: str | Path, *, draws: in
     from ..validate.steps import STEPS
     csv, out_dir = Path(csv), Path(out_dir)
     targets = read_targets(csv)
-    if line not in [t.line for t in targets]:
-        raise ConfigError(str(csv), "row", f"has no data row on line {line}; its rows are on lines "
-                          f"{', '.join(str(t.line) for t in targets)}")
+    lines = sorted({lines} if isinstance(lines, int) else set(lines))
+    bad = [n for n in lines if n not in [t.line for t in targets]]
+    if bad or not lines:
+        raise ConfigError(str(csv), "line", f"has no data row on line {bad[0] if bad else '(none given)'}; its rows are "
+                          f"on lines {', '.join(str(t.line) for t in targets)}")
     with open(csv, newline="", encoding="utf-8") as f:
         table = list(_csv.reader(f))
-    one = out_dir.parent / f"{csv.stem}-line{line}.csv"
-    with_one = _csv_text(table[0], table[line - 1])
-    write_new(one, with_one)
+    one = out_dir.parent / f"{csv.stem}-line{'-'.join(map(str, lines))}.csv"
+    write_new(one, _csv_text(table[0], *(table[n - 1] for n in lines)))
     rep = calibrate_steps(one, out_dir, draws=draws, log=log)
     stored = {}
     try:
@@ -479,27 +505,26 @@ def held_out_check(csv: str | Path, line: int, out_dir: str | Path, *, draws: in
             stored[(r["system"], r["global_batch"], r["run"])] = r.get("run_plan_loso_ms")
     except (OSError, ValueError, KeyError, IndexError):
         pass
-    fitted = next(t for t in targets if t.line == line)
-    sys_file, chip_file = Path(fitted.system.files[0]), Path(fitted.system.files[1])
-    cal_system = out_dir / f"{Path(fitted.row.system).stem}.toml"
-    cal_chip = out_dir / f"{chip_file.stem}.chip.toml"
+    fitted = [t for t in targets if t.line in lines]
+    cal_systems = {Path(t.system.files[0]): out_dir / f"{Path(t.row.system).stem}.toml" for t in fitted}
+    cal_chips = {Path(t.system.files[1]): out_dir / f"{Path(t.system.files[1]).stem}.chip.toml" for t in fitted}
     rows = []
     for t in targets:
         r = t.row
         out = {"line": t.line, "system": r.system, "global_batch": r.global_batch, "measured_ms": r.ms_per_step,
                "blind_ms": _step_ms(t.system, t.model, t.plan), "loso_ms": stored.get((r.system, r.global_batch, r.run))}
-        if t.line == line:
-            out["shares"], system = "fitted", load_system(cal_system, chips=t.system.num_chips)
-        elif Path(t.system.files[0]) == sys_file:
-            out["shares"], system = "system", load_system(cal_system, chips=t.system.num_chips)
-        elif Path(t.system.files[1]) == chip_file:
-            out["shares"], system = "chip", load_system(r.system, chip=cal_chip)
+        sys_file, chip_file = Path(t.system.files[0]), Path(t.system.files[1])
+        if sys_file in cal_systems:
+            out["shares"] = "fitted" if t.line in lines else "system"
+            system = load_system(cal_systems[sys_file], chips=t.system.num_chips)
+        elif chip_file in cal_chips:
+            out["shares"], system = "chip", load_system(r.system, chip=cal_chips[chip_file])
         else:
             out["shares"], system = "none", None
         if system is not None:
             out["calibrated_ms"] = _step_ms(system, t.model, t.plan)
         rows.append(out)
-    return {"file": str(csv), "line": line, "scales": rep["scales"], "written": rep["written"], "one_row_csv": str(one),
+    return {"file": str(csv), "lines": lines, "scales": rep["scales"], "written": rep["written"], "one_row_csv": str(one),
             "rows": rows}
 
 
@@ -515,7 +540,7 @@ def _csv_text(*rows) -> str:
 
 def format_held_out(rep: dict) -> str:
     s = rep["scales"]
-    lines = [f"calibrated on line {rep['line']} of {rep['file']} alone: gemm x {s['gemm']:.4f}, gather x {s['gather']:.4f}, "
+    lines = [f"calibrated on {_rows_text(rep['lines']).replace('row', 'line')} of {rep['file']} alone: gemm x {s['gemm']:.4f}, gather x {s['gather']:.4f}, "
              f"latency x {s['latency']:.4f}",
              f"  {'line':>4} {'system':<12} {'batch':>7} {'measured':>9} {'blind':>7} {'LOSO':>7} {'calibrated':>10}  shares"]
     pct = lambda r, k: f"{100 * (r[k] / r['measured_ms'] - 1):>+6.1f}%" if r.get(k) is not None else f"{'-':>7}"
@@ -534,7 +559,8 @@ def held_out_main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate held-out",
                                  description="calibrate on one row of a steps CSV, price the others (held_out_check)")
     ap.add_argument("--csv", default=None, help="steps CSV (default data/measurements/steps/mlperf_dlrm_dcnv2.csv)")
-    ap.add_argument("--line", type=int, required=True, help="the line of the row to calibrate on (2: the first row)")
+    ap.add_argument("--line", type=int, required=True, action="append",
+                    help="the line of a row to calibrate on (2: the first row); repeatable")
     ap.add_argument("--out", required=True, help="folder for the calibrated presets (the one-row CSV goes beside it)")
     ap.add_argument("--draws", type=int, default=0, help="draws of the interval (default 0: none)")
     a = ap.parse_args(argv)
