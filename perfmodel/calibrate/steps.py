@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 import math
 import re
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..config import MAX_RELATIVE_RANGE, RANGE_SUFFIX, ConfigError, read_file
 from ..files import check_output, write_new
 from ..schema import CHIP, SYSTEM
-from .io import _fmt
 
 # The preset fields each shared parameter scales (validate.steps.scaled): chip file (section, key).
 CHIP_FIELDS = {
@@ -110,10 +109,14 @@ def read_targets(path: str | Path) -> list[Target]:
 
 def output_names(targets: list[Target]) -> tuple[dict[str, str], dict[str, str]]:
     """({chip preset name: file name}, {system name: file name}) of what calibrate writes."""
-    chips, systems = {}, {}
+    chips, systems, seen = {}, {}, {}
     for t in targets:
-        chip_file = Path(t.system.files[1])
-        chips.setdefault(chip_file.stem, f"{chip_file.stem}.chip.toml")
+        for kind, path in (("chip", Path(t.system.files[1])), ("system", Path(t.system.files[0]))):
+            other = seen.setdefault((kind, path.stem), path.resolve())
+            if other != path.resolve():
+                raise ConfigError(t.row.where, "system", f"its {kind} file {str(path)!r} and {str(other)!r} share the "
+                                  f"name {path.stem!r}; the calibrated files are named by it: rename one")
+        chips.setdefault(Path(t.system.files[1]).stem, f"{Path(t.system.files[1]).stem}.chip.toml")
         systems.setdefault(t.row.system, f"{Path(t.row.system).stem}.toml")
     return chips, systems
 
@@ -230,6 +233,15 @@ def set_field(text: str, table: str, key: str, value: str, comment: str | None,
     return "\n".join(lines) + "\n"
 
 
+def _fmt(v) -> str:
+    """A TOML value: a string, a list of numbers, or a number to 6 significant digits."""
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return str(v) if isinstance(v, int) else f"{float(v):.6g}"
+
+
 def _rows_text(lines: list[int]) -> str:
     lines = sorted(lines)
     parts, start = [], lines[0]
@@ -287,10 +299,10 @@ def chip_text(base_path: Path, base_system, theta, spread, inputs, source: str, 
     text = set_field(text, "", "name", _fmt(f"{name}-calibrated"), None)
     for param, fields in CHIP_FIELDS.items():
         for section, key in fields:
-            if section == "nic" and key in nic_in_system:
-                continue             # the system's own [nic] sets it; the system file gets the fitted value
             spec = CHIP[f"{section}.{key}"]
             raw = data.get(section, {}).get(key)
+            if raw is None and section == "nic" and key in nic_in_system:
+                continue             # a default of the chip's that this system's own [nic] replaces (fitted there)
             base_value = float(raw) if raw is not None else _unit_value(base_system, spec.leaf, spec.scale)
             if (raw is not None and float(raw) == 0) or (raw is None and (section, key) in FOLLOWS):
                 continue             # nothing to scale, or a default that follows a fitted field: as the base
@@ -300,7 +312,9 @@ def chip_text(base_path: Path, base_system, theta, spread, inputs, source: str, 
             rng, why = _range_for(param, base_value, theta, spread, by_field.get(f"{section}.{key}"), spec,
                                   relative=section == "nic")
             comment = (f"source: fitted by perfmodel calibrate --steps on {source}: the base's {base_value:.6g} x "
-                       f"{_factor(param, theta):.4g} ({param} scale)" + (", capped at 1" if param in CAPPED and value < base_value * _factor(param, theta) * (1 - 1e-6) else ""))
+                       f"{_factor(param, theta):.4g} ({param} scale)")
+            if param in CAPPED and value < base_value * _factor(param, theta) * (1 - 1e-6):
+                comment += ", capped at 1"
             text = set_field(text, section, key, _fmt(value), comment, rng, why)
     return "\n".join(header) + "\n" + text
 
@@ -478,13 +492,12 @@ def format_report(rep: dict) -> str:
 
 def held_out_check(csv: str | Path, lines, out_dir: str | Path, *, draws: int = 0, log=lambda m: None) -> dict:
     """Calibrate on the rows of `csv` on `lines` (a line number or several) alone (a copy of the CSV
-    with those rows only, written beside `out_dir`; the presets into `out_dir`), then price every other row at its run's plan: with the presets as shipped
-    (blind), with the validation's stored leave-one-system-out (results.json, for a row it holds), and
-    with the calibrated presets where they apply to it: the calibrated system file at the row's size
+    with those rows only, written beside `out_dir`; the presets into `out_dir`), then price every row
+    at its run's plan: with the presets as shipped (blind), with the validation's stored
+    leave-one-system-out (results.json, for a row it holds), and with the calibrated presets where they apply to it: the calibrated system file at the row's size
     for a row of the same system family, the row's own system with the calibrated chip for a row that
     shares only the chip; a row that shares neither is not touched by the calibration."""
     import csv as _csv
-    import json
     from ..hardware import load_system
     from ..validate.steps import STEPS
     csv, out_dir = Path(csv), Path(out_dir)
@@ -524,7 +537,8 @@ def held_out_check(csv: str | Path, lines, out_dir: str | Path, *, draws: int = 
         if system is not None:
             out["calibrated_ms"] = _step_ms(system, t.model, t.plan)
         rows.append(out)
-    return {"file": str(csv), "lines": lines, "scales": rep["scales"], "written": rep["written"], "one_row_csv": str(one),
+    from ..validate.csvfile import shown
+    return {"file": shown(csv), "lines": lines, "scales": rep["scales"], "written": rep["written"], "one_row_csv": str(one),
             "rows": rows}
 
 
