@@ -29,6 +29,10 @@ pinned to one core). They are found by Adam (optax) on a Huber loss of the log e
 training half of every kind (KIND_WEIGHTS). The other half is held out; the report gives its
 median and 90th-percentile relative error per kind. `python -m perfmodel.calibrate refit --csv F`
 refits the current model to recorded measurements without timing anything.
+
+Measured steps of your own cluster (`perfmodel calibrate --steps CSV --out DIR`) are a second way in:
+calibrate.steps fits the step validation's shared parameters on them and writes calibrated chip and
+system presets (docs/calibration.md).
 """
 
 from .timing import KINDS, KIND_WEIGHTS, DTYPE_NAMES, GRIDS, Measurement, MIN_REPS, time_call, _clock, CPU_FLAGS, device_name, _cores, _load, bench_memory, bench_matmuls, _emb_spec, bench_embeddings, _step_dict, bench_steps, measure_in_subprocess, measure, _measure_once  # noqa: F401

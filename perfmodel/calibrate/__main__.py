@@ -1,6 +1,12 @@
-"""python -m perfmodel.calibrate measure | refit: the measuring subprocess, and refitting recorded measurements."""
+"""python -m perfmodel.calibrate measure | refit | held-out: the measuring subprocess, refitting
+recorded measurements, and calibrating on one row of a steps CSV with the others held out
+(docs/calibration.md)."""
 
 import sys
+
+if len(sys.argv) > 1 and sys.argv[1] == "held-out":
+    from .steps import held_out_main
+    sys.exit(held_out_main(sys.argv[2:]))
 
 from . import _measure_main
 

@@ -259,10 +259,11 @@ def _measure_main(argv=None) -> int:
         return 0
     if not a.out:
         ap.error("measure needs --out")
+    check_output(a.out, (".json",), "measurements JSON")    # a new file, found before minutes of timing
     from ..cache import enable_compile_cache
     enable_compile_cache()                 # a second calibration skips the compiles
     ms = measure(GRIDS[a.grid], a.dtype, log=lambda m: print(m, flush=True))
-    Path(a.out).write_text(json.dumps({"device": device_name(), "measurements": [dataclasses.asdict(m) for m in ms]}))
+    write_new(a.out, json.dumps({"device": device_name(), "measurements": [dataclasses.asdict(m) for m in ms]}))
     return 0
 
 

@@ -471,3 +471,14 @@ def save_results(rep: dict, path: str | Path) -> None:
     """Write the report as JSON to a new file (never overwrites)."""
     from ..files import write_new
     write_new(path, json.dumps(rep, indent=1) + "\n")
+
+
+def load_step_file(path: str | Path) -> StepDataset:
+    """One CSV of step measurements (a user's own, for `perfmodel calibrate --steps`), every row
+    checked as load_step_datasets checks the bundled ones: one clear error per problem."""
+    path = Path(path)
+    ds = StepDataset(path.stem, path)
+    ds.rows = [_row(raw, where) for where, raw in read_rows(path, COLUMNS, "step dataset")]
+    if not ds.rows:
+        raise ConfigError(str(path), "", "holds no rows")
+    return ds
