@@ -13,7 +13,7 @@ from ..cache import jit
 from ..evaluate import evaluate
 from ..hardware import System
 from ..schema import SYSTEM_LEAVES
-from . import knobs as K
+from .. import knobs as K
 
 # the one System leaf no numeric config field sets (nic.attach, a word, sets it): its name, unit, scale
 DERIVED = {"nic.pcie": ("NIC behind PCIe (0 integrated, 1 PCIe)", "", 1.0)}

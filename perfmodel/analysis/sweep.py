@@ -51,7 +51,7 @@ from ..hardware import System
 from ..plan import stack, stand_in, to_arrays, validate_plan
 from ..report import summarize
 from ..workload import RankingModel
-from . import knobs as K
+from .. import knobs as K
 from .leaves import elasticities
 from .planning import progress_text
 from .table import make_table
