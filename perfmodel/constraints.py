@@ -263,8 +263,8 @@ def check_tables(c: Constraints, tables, prefix: str = "") -> None:
 
 def model_constraints(name_or_path) -> Constraints:
     """The [constraints.<table>] sections of a model file (a preset name or a path); none: empty."""
-    from .hardware import _resolve
-    path = _resolve("models", name_or_path)
+    from .presets import locate
+    path = locate("models", name_or_path)
     data = read_file(path)
     return parse_constraints(data.get("constraints", {}), str(path), "constraints.")
 

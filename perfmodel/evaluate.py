@@ -27,7 +27,8 @@ from .cost.schedule import step_schedule
 from .cost.smooth import reduce_max
 from .cost.traffic import collective_times, plan_traffic
 from .config import ConfigError
-from .hardware import System, _pytree, capacity_bytes, load_system, static, whole_system
+from .hardware import System, capacity_bytes, load_system, whole_system
+from .pytree import pytree, static
 from .plan import Plan, PlanArrays, check_arrays, group_problem, load_plan, to_arrays, validate_plan
 from .workload import RankingModel, load_model
 
@@ -36,7 +37,7 @@ PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_
 COMM_PHASES = ("input_dist", "output_dist", "grad_dist", "dense_sync")
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Breakdown:
     """Everything one evaluation says about a step. Arrays of shape [D] are per device."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import Num
+from .config import Num, Section
 
 MAX_CHIPS = 65_536        # evaluated in seconds and < 1.1 GB with dlrm-small; its default plan takes longer
 MAX_TABLES = 100_000      # 100,000 tables evaluate finitely (about a minute, mostly compile)
@@ -82,6 +82,12 @@ def _fields(*rows) -> dict[str, Field]:
         assert f.name not in out and 0 <= f.lo < f.hi < math.inf, f
         out[f.name] = f
     return out
+
+
+def reader(s: Section, table: dict[str, Field], section: str):
+    """num(key, **kw): the field `key` of `s`, checked against `table`'s bounds for `section` ("" at
+    the top); kw (required / default / a tighter hi) as Field.num."""
+    return lambda key, **kw: s.num(table[f"{section}.{key}" if section else key].num(**kw))
 
 
 _I = True     # integer
@@ -318,7 +324,7 @@ MODEL_LEAVES = {f.leaf: f for f in MODEL.values() if f.leaf}
 
 
 # ------------------------------------------------------------------------ words, not numbers
-# The vocabularies the files use; plan/, workload.py, hardware.py and constraints.py read them here.
+# The vocabularies the files use; plan/, workload.py, hardware/ and constraints.py read them here.
 SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
 DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
 ALGORITHMS = ("ring", "direct", "tree", "hierarchical")

@@ -16,7 +16,7 @@ DESIGN = ROOT.parent / "docs" / "design.md"
 # perfmodel ("__init__": the package's own module, the API; "__main__": python -m perfmodel).
 LAYERS = (
     ("config", "interrupt", "cache"),
-    ("schema", "files"),
+    ("schema", "files", "presets", "pytree"),
     ("hardware",),
     ("constraints", "generator"),
     ("workload",),

@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..hardware import System, _pytree, static
+from ..hardware import System
+from ..pytree import pytree, static
 from ..workload import RankingModel
 from .inputs import as_applied, inputs_of, leaf_spec
 from .propagate import NO_MODEL_ERROR, _set, check_seed, design, propagate, quantiles, values_of
@@ -78,7 +79,7 @@ def check_objective_draws(draws, field_name: str = "draws") -> int:
     return int(draws)
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Draws:
     """The objective's draws, as the search's scorers take them: the values [K, d] as
