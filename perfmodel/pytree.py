@@ -22,6 +22,6 @@ def pytree(cls):
     return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
 
 
-def static(**kw):
+def static(metadata=None, **kw):
     """A dataclass field that is structure, not a leaf (pytree)."""
-    return field(metadata={"static": True}, **kw)
+    return field(metadata={**(metadata or {}), "static": True}, **kw)

@@ -4,120 +4,99 @@ floats.
 Every number is an SI array leaf (FLOP/s, bytes, bytes/s, seconds, watts), so `jax.grad` of a step
 time with respect to a System gives d step / d every hardware parameter. Structure (how many chips,
 which network levels exist, whether the NIC also carries scale-up traffic) is static.
+
+The schema's rows are the fields: a row whose leaf is `chip.<name>` makes Chip a field <name> (a
+float leaf for a number, static text or a flag for a word), and so for `nic.`, `offload.`,
+`levels[].` and the System's own; what each holds is in its row (schema.py, docs/configuration.md).
+The fields the rows make are keyword-only and required; the loaders fill every one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 
 from ..pytree import pytree, static
+from ..schema import CHIP, CHIP_OPTIONS, SYSTEM, SYSTEM_OPTIONS, Field
+
+
+def rows_of(owner: str, *tables) -> list:
+    """The schema rows (Field or Option) whose leaf is `owner`.<name>, in row order (owner "" : the
+    System's own, "levels[]": a Level's)."""
+    return [row for table in tables for row in table.values()
+            if row.leaf is not None and row.leaf.rpartition(".")[0] == owner]
+
+
+def _from_rows(owner: str, *tables):
+    """Class decorator, under @dataclass: a keyword-only field for every row of rows_of(owner)."""
+    def add(cls):
+        notes = dict(cls.__dict__.get("__annotations__", {}))
+        for row in rows_of(owner, *tables):
+            name = row.leaf.rpartition(".")[2]
+            assert name not in notes, (cls.__name__, name)
+            if isinstance(row, Field) or row.index:
+                notes[name] = "jax.Array"
+                setattr(cls, name, field(kw_only=True, metadata={"row": row.name}))
+            else:
+                notes[name] = "bool" if row.kind == "flag" else "str"
+                setattr(cls, name, static(kw_only=True, metadata={"row": row.name}))
+        cls.__annotations__ = notes
+        return cls
+    return add
 
 
 @pytree
 @dataclass(frozen=True)
+@_from_rows("chip", CHIP, CHIP_OPTIONS)
 class Chip:
-    """One accelerator: compute, memory, efficiency curves, and how core-driven collectives behave."""
-
-    peak_bf16_flops: jax.Array
-    peak_fp8_flops: jax.Array
-    peak_fp32_flops: jax.Array
-    compute_units: jax.Array
-    launch_s: jax.Array
-    matmul_eff_max: jax.Array
-    matmul_half_flop: jax.Array          # GEMM size (FLOP) at which efficiency is half the max
-    hbm_bytes: jax.Array
-    hbm_Bps: jax.Array
-    hbm_eff: jax.Array
-    hbm_usable: jax.Array                 # fraction of HBM a plan may use
-    llc_bytes: jax.Array
-    llc_Bps: jax.Array
-    gather_eff_max: jax.Array
-    gather_half_row_bytes: jax.Array      # row size (bytes) at which gather efficiency is half the max
-    scale_up_Bps: jax.Array               # dedicated scale-up link (NVLink); 0 where the NIC carries it
-    scale_up_latency_s: jax.Array
-    core_compute_fraction: jax.Array      # compute units a core-driven collective occupies
-    core_hbm_mult: jax.Array              # HBM bytes per network byte, core-driven
-    core_msgs_in_flight: jax.Array
-    dma_hbm_mult: jax.Array               # HBM bytes per network byte, engine-driven
-    host_link_Bps: jax.Array
-    host_dram_bytes: jax.Array
-    tdp_W: jax.Array
-    usd_per_hour: jax.Array
-    name: str = static(default="chip")
-    scale_up_eff: jax.Array = 1.0         # achievable fraction of the dedicated scale-up link's line rate
-    scale_up_kind: str = static(default="nvlink")   # the dedicated scale-up link: "nvlink" or "pcie"
-    nvls_eff: jax.Array = 1.0             # NVLS's achievable fraction of the scale-up line rate
-    core_channels: jax.Array = 16.0       # NCCL channels (one CTA each) of a core-driven collective
-    nvls_channels: jax.Array = 16.0       # NCCL's NVLS channels
-    ll_max_Bps: jax.Array = 1e30          # NCCL LL protocol's bus-bandwidth cap on one node
-    core_call_s: jax.Array = 3e-6         # fixed cost of one core-driven collective call
-    full_grid_gemm_share: jax.Array = 0.0 # share of GEMM time in kernels sized to the whole grid
-    host_step_s: jax.Array = 20e-6        # the host's fixed work per step that the device waits for
+    """One accelerator: compute, memory, efficiency curves, and how core-driven collectives behave
+    (its fields: schema.CHIP's rows whose leaf is chip.<name>)."""
 
 
 @pytree
 @dataclass(frozen=True)
+@_from_rows("nic", CHIP, CHIP_OPTIONS)
 class Nic:
-    """The chip's NICs: bandwidth, how they attach (integrated in the package, or behind PCIe)."""
-
-    pcie: jax.Array                       # 1.0: NIC behind PCIe; 0.0: integrated (blends in between)
-    active_ports: jax.Array
-    port_Bps: jax.Array
-    scale_up_fraction: jax.Array          # share of NIC bandwidth on scale-up (when it serves scale-up)
-    latency_s: jax.Array                  # NIC processing per message
-    per_message_s: jax.Array              # host / proxy cost per network message
-    pcie_Bps: jax.Array
-    pcie_latency_s: jax.Array
-    serves_scale_up: bool = static(default=False)
-    bandwidth_eff: jax.Array = 1.0        # achievable fraction of the NIC's line rate (protocol headers)
-    chunk_s: jax.Array = 0.0              # the network stack's fixed cost per chunk (proxy / plugin)
-    chunk_bytes: jax.Array = 524288.0     # most bytes per chunk of a network step
+    """The chip's NICs: bandwidth, how they attach (pcie: 1.0 behind PCIe, 0.0 integrated, a blend in
+    between), whether they carry scale-up too (schema.CHIP's rows whose leaf is nic.<name>)."""
 
 
 @pytree
 @dataclass(frozen=True)
+@_from_rows("offload", CHIP, CHIP_OPTIONS)
 class Offload:
-    """Collective-offload (message) engines. engines = 0: collectives run on the compute cores."""
-
-    engines: jax.Array
-    clock_Hz: jax.Array
-    reduce_bytes_per_cycle: jax.Array
-    reduce_bytes_per_cycle_all_busy: jax.Array
-    setup_s: jax.Array
-    msgs_per_engine: jax.Array
+    """Collective-offload (message) engines. engines = 0: collectives run on the compute cores
+    (schema.CHIP's rows whose leaf is offload.<name>)."""
 
 
 @pytree
 @dataclass(frozen=True)
+@_from_rows("levels[]", SYSTEM, SYSTEM_OPTIONS)
 class Level:
-    """One network level: a domain of `size` chips joined by the `link` ("scale_up" | "scale_out")."""
+    """One network level: a domain of `size` chips joined by the `link` ("scale_up" | "scale_out"); its
+    switches may reduce (switch_reduction: scale-up NVLS, scale-out SHARP). Its other fields: schema.SYSTEM's
+    rows whose leaf is levels[].<name>."""
 
-    latency_s: jax.Array
-    oversubscription: jax.Array
     size: int = static(default=1)
-    link: str = static(default="scale_out")
-    name: str = static(default="level")
-    switch_reduction: bool = static(default=False)   # the level's switches reduce (scale-up: NVLS; scale-out: SHARP)
 
 
 @pytree
 @dataclass(frozen=True)
+@_from_rows("", SYSTEM, SYSTEM_OPTIONS)
 class System:
     """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out.
 
     The chips are a prefix of the smallest full system holding them (padded_sizes): every domain
     is full but the last of each level, which holds what is left (`partial`, `domain_sizes`); a
-    level's `size` is its full domain's (the outermost: num_chips)."""
+    level's `size` is its full domain's (the outermost: num_chips). Its host's numbers: schema.SYSTEM's
+    top-level rows with a leaf."""
 
     chip: Chip
     nic: Nic
     offload: Offload
     levels: tuple[Level, ...]
-    host_power_W: jax.Array
-    host_usd_per_hour: jax.Array
     num_chips: int = static(default=1)
     chips_per_host: int = static(default=1)
     name: str = static(default="system")
