@@ -66,7 +66,7 @@ class Breakdown:
     replicas: int = static(default=1)    # a 2D plan's sharding groups: the system has num_chips x replicas chips
 
 
-def _loaded(value, cls, load, field: str, allowed: str):
+def as_loaded(value, cls, load, field: str, allowed: str):
     """`value` if it is a `cls`; load(value) if it is a name or path; else a ConfigError naming `field`."""
     if isinstance(value, (str, Path)):
         return load(value)
@@ -75,14 +75,17 @@ def _loaded(value, cls, load, field: str, allowed: str):
     return value
 
 
+_loaded = as_loaded      # the name search/api.py imports while it is rewritten
+
+
 def as_system(system: System | str | Path) -> System:
     """A System, or one loaded from a preset name or TOML path; anything else is a ConfigError."""
-    return _loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
+    return as_loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
 
 
 def as_model(model: RankingModel | str | Path) -> RankingModel:
     """A RankingModel, or one loaded from a preset name or TOML/JSON path; anything else is a ConfigError."""
-    return _loaded(model, RankingModel, load_model, "model",
+    return as_loaded(model, RankingModel, load_model, "model",
                    "a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a TOML/JSON path")
 
 
@@ -137,7 +140,9 @@ def check_temperature(temperature) -> float:
     return t
 
 
-def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+def evaluate_arrays(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+    """The Breakdown of plan arrays at temperature tau, traceable (jit, vmap, grad): what evaluate
+    compiles, and what the searches and fits trace through."""
     return step_model(system, model, pa, tau)[0]
 
 
@@ -146,8 +151,8 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
 # one plan; benchmarks/bench_compile.py). jax allows compile options only on a top-level jit:
 # evaluate() called under a transformation (inside a jit, vmap or grad: its inputs are tracers), as
 # sweeps do, uses a plain one
-_evaluate_jit = jit(_evaluate, static_argnums=3, quick=True)
-_evaluate_nested = jax.jit(_evaluate, static_argnums=3)
+_evaluate_jit = jit(evaluate_arrays, static_argnums=3, quick=True)
+_evaluate_nested = jax.jit(evaluate_arrays, static_argnums=3)
 
 
 def step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:

@@ -2,6 +2,6 @@
 
 import sys
 
-from . import _measure_main
+from . import measure_main
 
-sys.exit(_measure_main())
+sys.exit(measure_main())

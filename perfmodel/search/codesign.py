@@ -28,7 +28,7 @@ import numpy as np
 from ..cache import jit
 from .. import knobs
 from ..config import ConfigError
-from ..evaluate import _evaluate
+from ..evaluate import evaluate_arrays
 from ..hardware import System
 from ..plan import to_arrays
 from ..workload import RankingModel
@@ -90,7 +90,7 @@ def _metric(bd, metric: str):
 
 
 def _knob_objective(v, name, metric, system, model, pa):
-    bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
+    bd = evaluate_arrays(set_knob(name, system, v), model, pa, 0.0)
     return _metric(bd, metric), bd.feasible
 
 

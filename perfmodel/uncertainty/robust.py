@@ -42,7 +42,7 @@ from ..hardware import System
 from ..pytree import pytree, static
 from ..workload import RankingModel
 from .inputs import as_applied, inputs_of, leaf_spec
-from .propagate import NO_MODEL_ERROR, _set, check_seed, design, propagate, quantiles, values_of
+from .propagate import NO_MODEL_ERROR, set_leaves, check_seed, design, propagate, quantiles, values_of
 
 NOMINAL = "nominal"
 DEFAULT_OBJECTIVE_DRAWS = 64     # draws each candidate is priced at: p90's sample quantile to a few % of the spread
@@ -103,7 +103,7 @@ class Draws:
         flat, tree = jax.tree_util.tree_flatten((system, model))
 
         def one(v):
-            s, m = jax.tree_util.tree_unflatten(tree, _set(flat, self.spec, v))
+            s, m = jax.tree_util.tree_unflatten(tree, set_leaves(flat, self.spec, v))
             return step_model(s, m, pa, tau)[0].step_s
         return jax.vmap(one)(self.values)
 
