@@ -7,8 +7,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "perfmodel"
 DESIGN = ROOT.parent / "docs" / "design.md"
 

@@ -198,7 +198,7 @@ def test_knob_getters_round_trip(mtia64, h100_8, small):
     """For every knob that applies: set it to 1.5x its value (or another choice) and read it back."""
     for system in (mtia64, h100_8):
         pa = pm.to_arrays(round_robin(system, small), system, small)
-        base = pm.analysis.knobs.State(system, small, pa)
+        base = pm.knobs.State(system, small, pa)
         for name, k in KNOBS.items():
             if k.applies and k.applies(base):
                 continue

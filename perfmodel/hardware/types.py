@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import jax
+import jax  # noqa: F401  (the fields the rows make are annotated jax.Array)
 
 from ..pytree import pytree, static
 from ..schema import CHIP, CHIP_OPTIONS, SYSTEM, SYSTEM_OPTIONS, Field
