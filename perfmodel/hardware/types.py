@@ -29,7 +29,7 @@ def rows_of(owner: str, *tables) -> list:
             if row.leaf is not None and row.leaf.rpartition(".")[0] == owner]
 
 
-def _from_rows(owner: str, *tables):
+def from_rows(owner: str, *tables):
     """Class decorator, under @dataclass: a keyword-only field for every row of rows_of(owner)."""
     def add(cls):
         notes = dict(cls.__dict__.get("__annotations__", {}))
@@ -49,7 +49,7 @@ def _from_rows(owner: str, *tables):
 
 @pytree
 @dataclass(frozen=True)
-@_from_rows("chip", CHIP, CHIP_OPTIONS)
+@from_rows("chip", CHIP, CHIP_OPTIONS)
 class Chip:
     """One accelerator: compute, memory, efficiency curves, and how core-driven collectives behave
     (its fields: schema.CHIP's rows whose leaf is chip.<name>)."""
@@ -57,7 +57,7 @@ class Chip:
 
 @pytree
 @dataclass(frozen=True)
-@_from_rows("nic", CHIP, CHIP_OPTIONS)
+@from_rows("nic", CHIP, CHIP_OPTIONS)
 class Nic:
     """The chip's NICs: bandwidth, how they attach (pcie: 1.0 behind PCIe, 0.0 integrated, a blend in
     between), whether they carry scale-up too (schema.CHIP's rows whose leaf is nic.<name>)."""
@@ -65,7 +65,7 @@ class Nic:
 
 @pytree
 @dataclass(frozen=True)
-@_from_rows("offload", CHIP, CHIP_OPTIONS)
+@from_rows("offload", CHIP, CHIP_OPTIONS)
 class Offload:
     """Collective-offload (message) engines. engines = 0: collectives run on the compute cores
     (schema.CHIP's rows whose leaf is offload.<name>)."""
@@ -73,7 +73,7 @@ class Offload:
 
 @pytree
 @dataclass(frozen=True)
-@_from_rows("levels[]", SYSTEM, SYSTEM_OPTIONS)
+@from_rows("levels[]", SYSTEM, SYSTEM_OPTIONS)
 class Level:
     """One network level: a domain of `size` chips joined by the `link` ("scale_up" | "scale_out"); its
     switches may reduce (switch_reduction: scale-up NVLS, scale-out SHARP). Its other fields: schema.SYSTEM's
@@ -84,7 +84,7 @@ class Level:
 
 @pytree
 @dataclass(frozen=True)
-@_from_rows("", SYSTEM, SYSTEM_OPTIONS)
+@from_rows("", SYSTEM, SYSTEM_OPTIONS)
 class System:
     """A cluster: num_chips chips, chips_per_host per host, network levels from the innermost out.
 
