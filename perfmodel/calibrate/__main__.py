@@ -8,6 +8,6 @@ if len(sys.argv) > 1 and sys.argv[1] == "held-out":
     from .steps import held_out_main
     sys.exit(held_out_main(sys.argv[2:]))
 
-from . import _measure_main
+from . import measure_main
 
-sys.exit(_measure_main())
+sys.exit(measure_main())

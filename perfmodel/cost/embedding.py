@@ -39,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, _pytree, domain_chips, peers_per_level
+from ..hardware import System, domain_chips, peers_per_level
+from ..pytree import pytree
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
 from . import access
@@ -47,7 +48,7 @@ from .arrays import add_at, lead, xp_of
 from .compute import gather_efficiency, llc_factor
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class EmbeddingCosts:
     fwd_s: jnp.ndarray            # [D] lookup + pooled-output write

@@ -10,7 +10,7 @@ imports nothing from the search, the analyses or the CLI.
 
 from .arrays import (FIELDS, GROUP_FIELDS, SETTING_FIELDS, TABLE_FIELDS, PlanArrays, build, check_arrays, from_arrays,
                      group_of, plan_arrays, settings_arrays, stack, to_arrays)
-from .hold import Hold, hold_all, parse_hold
+from .hold import Hold, held_arrays, held_masks, hold_all, parse_hold
 from .limits import admissible, check_plan, plan_violations, resolve, violations
 from .plans import (Plan, TablePlan, group_problem, load_plan, plan_from_dict, sharding_problem, stand_in,
                     validate_plan)
@@ -21,7 +21,7 @@ from .space import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS
                     splits_evenly, table_ranks, unlimited)
 
 __all__ = [
-    "ALGORITHMS", "ALLOWED_ALGORITHMS", "Hold", "hold_all", "parse_hold", "COLLECTIVES", "COMPUTE_KERNELS", "CW", "DENSE_MODES", "DP", "FIELDS", "GROUP_FIELDS",
+    "ALGORITHMS", "ALLOWED_ALGORITHMS", "Hold", "held_arrays", "held_masks", "hold_all", "parse_hold", "COLLECTIVES", "COMPUTE_KERNELS", "CW", "DENSE_MODES", "DP", "FIELDS", "GROUP_FIELDS",
     "MAX_PLAN_ENTRIES", "MIN_CW_DIM", "NEG", "PRECISION_BYTES", "PRECISIONS", "RW", "SETTING_FIELDS",
     "SHARDING_TYPES", "TABLE_FIELDS", "TOL", "TW", "TWRW", "Limits", "Masks", "Plan", "PlanArrays", "TablePlan",
     "admissible", "build", "check_arrays", "check_plan", "compute_kernel", "cw_options", "domain_ranks",

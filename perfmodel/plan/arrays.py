@@ -15,14 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..hardware import System, _pytree, static
+from ..hardware import System
+from ..pytree import pytree, static
 from ..workload import RankingModel
 from .plans import Plan, TablePlan, group_problem
 from .space import (ALGORITHMS, COLLECTIVES, DENSE_MODES, DP, PRECISIONS, RW, SHARDING_TYPES, TW, CW, TWRW,
                     row_partials, table_ranks)
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class PlanArrays:
     """A plan as arrays (T tables, D devices, H = D / scale-up-domain domains).

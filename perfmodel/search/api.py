@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..constraints import as_constraints, model_constraints
-from ..evaluate import load_or_given, resolve
+from ..evaluate import as_loaded, resolve
 from ..hardware import System
 from ..interop.hugectr import parse_recipe
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, parse_hold, resolve as resolve_limits, validate_plan
@@ -174,7 +174,7 @@ def _checked_guard(guard, method, co_design, system, model) -> ShardCosts:
     if not spec(method).guarded or co_design is not None:
         raise ConfigError("", "guard", f"is for the gradient search without co-design (method is {method!r}"
                           f"{', co_design ' + repr(co_design) if co_design else ''})")
-    guard = load_or_given(guard, ShardCosts, lambda path: load_shard_costs(path, system, model), "guard",
+    guard = as_loaded(guard, ShardCosts, lambda path: load_shard_costs(path, system, model), "guard",
                           "a ShardCosts or the path to its JSON")
     if np.shape(guard.tw) != (model.tables.count,) or np.shape(guard.dp)[1] != system.num_chips:
         raise ConfigError("", "guard", f"prices {np.shape(guard.tw)[0]} tables on {np.shape(guard.dp)[1]} devices; "

@@ -7,7 +7,7 @@ Knobs
                  (assumed 0.0025 $ per GB/s-hour: a 400 Gb/s NIC and switch port, ~3,000 $,
                  amortized over 3 years); objective: cost per sample. A PCIe link in front of
                  the NIC still caps what it carries (bandwidth beyond it is paid for and unused)
-Each knob is read and set by the analysis knob a sweep of it uses (analysis.knobs), so a sweep and a
+Each knob is read and set by the knob a sweep of it uses (perfmodel.knobs), so a sweep and a
 co-design of the same knob change the same hardware.
 Method: alternate (1) the plan search at the current knob value and (2) a vectorized scan of the knob
 over its range with the plan fixed (one vmapped call of the objective and its jax.grad, compiled
@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
+from .. import knobs
 from ..config import ConfigError
-from ..evaluate import _evaluate
+from ..evaluate import evaluate_arrays
 from ..hardware import System
 from ..plan import to_arrays
 from ..workload import RankingModel
@@ -38,10 +39,10 @@ KNOBS = ("nic_split", "scale_out_bw")
 
 @dataclass(frozen=True)
 class KnobRange:
-    """A co-design knob: the analysis knob (analysis.knobs) that sets it, the range the scan covers and
+    """A co-design knob: the knob (perfmodel.knobs) that sets it, the range the scan covers and
     the objective it is chosen for."""
     name: str
-    setter: str          # the analysis knob that reads and writes it, in the unit below
+    setter: str          # the knob that reads and writes it, in the unit below
     unit: str
     lo: float
     hi: float
@@ -63,7 +64,6 @@ def knob_spec(name: str, system: System) -> KnobRange:
 
 
 def _setter(name: str):
-    from ..analysis import knobs      # the one setter of each hardware knob (analysis imports the search)
     return knobs, knobs.knob({"nic_split": "nic_scale_up_fraction", "scale_out_bw": "scale_out_bandwidth_GBps"}[name])
 
 
@@ -90,7 +90,7 @@ def _metric(bd, metric: str):
 
 
 def _knob_objective(v, name, metric, system, model, pa):
-    bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
+    bd = evaluate_arrays(set_knob(name, system, v), model, pa, 0.0)
     return _metric(bd, metric), bd.feasible
 
 

@@ -229,10 +229,10 @@ def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool 
         base = hold.apply(base)
     if not settings:
         return base
-    return _best_settings(*(numpy_problem or (system, model)), base, fast, hold)
+    return best_settings(*(numpy_problem or (system, model)), base, fast, hold)
 
 
-def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False, hold=None) -> Plan:
+def best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False, hold=None) -> Plan:
     """Keep the table placement; choose dense parallelism, collective algorithms, gradient buckets
     and overlap chunks by evaluating every combination in one vmapped call (fastest feasible wins,
     first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy

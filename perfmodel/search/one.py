@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..evaluate import evaluate
-from ..plan import (NEG, SHARDING_TYPES, Hold, Plan, PlanArrays, from_arrays, make_masks, plan_violations,
+from ..plan import (NEG, SHARDING_TYPES, Hold, Plan, PlanArrays, held_masks, from_arrays, make_masks, plan_violations,
                     validate_plan)
 from .driver import Budget, run
 from .exact import admits as exact_admits
@@ -57,7 +57,7 @@ def make_problem(system, model, *, precisions, sharding_types, freeze_settings, 
     if held_precisions:
         raise ConfigError("", "hold", f"holds precision {held_precisions[0]}, which the search's precisions "
                           f"({', '.join(precisions)}) do not allow")
-    masks = hold.masks(masks)
+    masks = held_masks(hold, masks)
     if limits is not None:
         lost = [n for n, row in zip(model.tables.names, masks.types) if not (row > -1).any()]
         if lost:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cost.arrays import as_numpy
 from ..hardware import System
-from ..plan import CW, DP, TWRW, Hold, Masks, Plan, admissible, domain_ranks, plan_arrays, stack
+from ..plan import CW, DP, TWRW, Hold, Masks, Plan, held_arrays, admissible, domain_ranks, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
 
@@ -107,7 +107,7 @@ class Problem:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
         no plan changes, carries the batch axis; the scores float32, as compiled)."""
-        pa = self.hold.arrays(pa, batched=False)
+        pa = held_arrays(self.hold, pa, batched=False)
         if not eager or self.draws is not None:      # the objective's draws: compiled only
             return tuple(np.asarray(x) for x in
                          sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6])
@@ -122,7 +122,7 @@ class Problem:
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
-        pa = self.hold.arrays(pa, batched=False)
+        pa = held_arrays(self.hold, pa, batched=False)
         return float(sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[0])
 
     def breakdown(self, plan: Plan):
@@ -132,7 +132,7 @@ class Problem:
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
         """[2, n] hard and tie-broken scores of a batch under this problem's guard (and objective's
         draws: compiled, max_batch plans a call); eager: in numpy."""
-        batch = self.hold.arrays(batch, batched=True)
+        batch = held_arrays(self.hold, batch, batched=True)
         if self.draws is not None:
             return sc.score_pairs(self.system, self.model, batch, self.guard, False, self.limits, self.draws,
                                   self.max_batch)

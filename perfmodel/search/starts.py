@@ -7,7 +7,7 @@ Every search that picks the candidate of least score (methods.Spec.scores) start
 the best start where the search found nothing lower): a search never loses to a planner it knows.
 
 Each framework plan is the planner's table placement with the settings the search's problem allows
-chosen as greedy chooses its own (greedy._best_settings, every combination in one call), the held
+chosen as greedy chooses its own (greedy.best_settings, every combination in one call), the held
 settings kept; a plan the problem's masks, constraints or memory rule out is left out (a planner
 that places a table row-wise where the search may use table-wise only, say).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..config import ConfigError
 from ..interop.hugectr import hugectr_plan
 from ..plan import SHARDING_TYPES, Plan
-from .greedy import _best_settings, greedy_plan
+from .greedy import best_settings, greedy_plan
 from .score import eager
 
 # HugeCTR's planner at the recipes the MLPerf DLRM-DCNv2 submissions run most (interop/hugectr.py):
@@ -68,4 +68,4 @@ def allowed(p, plan: Plan) -> bool:
 def settled(p, tables: Plan) -> Plan:
     """A planner's placement with the settings greedy would choose for it, the held ones kept."""
     system, model = (p.numpy_problem[0], p.numpy_problem[1]) if eager(p.system, p.model) else (p.system, p.model)
-    return p.held(_best_settings(system, model, p.held(tables), eager(p.system, p.model), p.hold))
+    return p.held(best_settings(system, model, p.held(tables), eager(p.system, p.model), p.hold))

@@ -21,7 +21,7 @@ from ..config import ConfigError
 from ..evaluate import resolve
 from ..hardware import architecture
 from .inputs import inputs_of
-from .propagate import ModelError, _plan_arrays, check_seed, evaluate_draws, model_error_of, values_of
+from .propagate import ModelError, plan_arrays_of, check_seed, evaluate_draws, model_error_of, values_of
 
 MODEL_ERROR_NAME = "model's own error"
 DEFAULT_BASE = 256
@@ -65,7 +65,7 @@ def sources(system, model, plan, figure: str = "step_s", n: int = DEFAULT_BASE, 
         raise ConfigError("", "figure", f"must be one of {', '.join(FIGURES)}, got {figure!r}")
     n, seed = check_base(n), check_seed(seed)
     system, model, plan = resolve(system, model, plan, plan_required=True)
-    pa, _ = _plan_arrays(system, model, plan)
+    pa, _ = plan_arrays_of(system, model, plan)
     me = model_error_of(model_error)
     ins = inputs_of(system, model)
     family = architecture(system)

@@ -192,7 +192,7 @@ def values_of(inputs: list[Input], u: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------- evaluation
 
-def _set(flat: list, spec, v):
+def set_leaves(flat: list, spec, v):
     leaves = list(flat)
     for j, (k, factor) in enumerate(spec):
         x = leaves[k]
@@ -205,7 +205,7 @@ def _program(system, model, plan, values, spec):
     flat, tree = jax.tree_util.tree_flatten((system, model))
 
     def one(v):
-        s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, v))
+        s, m = jax.tree_util.tree_unflatten(tree, set_leaves(flat, spec, v))
         figs = summarize(evaluate(s, m, plan), s)
         return {k: figs[k] for k in FIGURES}           # only what an answer reads: XLA drops the rest
     return jax.vmap(one)(values)
@@ -299,7 +299,7 @@ class Uncertain:
         return float(np.mean(f > 0.5)) if f is not None else math.nan
 
 
-def _plan_arrays(system, model, plan) -> tuple[PlanArrays, Plan | None]:
+def plan_arrays_of(system, model, plan) -> tuple[PlanArrays, Plan | None]:
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         return to_arrays(plan, system, model), plan
@@ -362,7 +362,7 @@ def propagate(systems: list[System], models: list[RankingModel], plans: list, dr
     vals = values_of(allin, u_in)
     out = []
     for k, (s, m, p) in enumerate(zip(systems, models, plans)):
-        pa, plan = _plan_arrays(s, m, p)
+        pa, plan = plan_arrays_of(s, m, p)
         ins = [allin[c] for c in cols[k]]
         # the files' own values ride along as one more row: the nominal figures from the same program
         figs = evaluate_draws(s, m, pa, ins, np.vstack([vals[:, cols[k]], file_values(ins)]), progress=progress)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import DATA_DIR, ConfigError
-from .collectives import (COLUMNS, METRICS, MEASUREMENTS, TARGET_BLIND, TARGET_CALIBRATED, Dataset, Row, _size,
+from .collectives import (COLUMNS, METRICS, MEASUREMENTS, TARGET_BLIND, TARGET_CALIBRATED, Dataset, Row, size_text,
                           format_report, geomean_error, load_datasets, measured_seconds, model_seconds, split, validate,
                           validate_dataset)
 

@@ -244,8 +244,8 @@ def _step_ms(system, model, plan) -> float:
 
 
 def _log_step(theta, system, model, pa):
-    from ..evaluate import _evaluate
-    return jnp.log(_evaluate(scaled(system, theta), model, pa, 0.0).step_s)
+    from ..evaluate import evaluate_arrays
+    return jnp.log(evaluate_arrays(scaled(system, theta), model, pa, 0.0).step_s)
 
 
 _log_step_grad = jax.jit(jax.value_and_grad(_log_step))
