@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..evaluate import evaluate
-from ..plan import PRECISIONS, Plan, to_arrays
+from ..plan import PRECISIONS, Plan
 from .baselines import Evolutionary, Random
 from .exact import exact_plan
 from .greedy import greedy_plan
@@ -98,6 +98,5 @@ def method(name: str, start: Plan | None, options: Options, problem) -> object:
         return Exact(start)
     if name == "random":
         return Random()
-    seeds = [to_arrays(start if start is not None else greedy_plan(problem.system, problem.model, problem.masks),
-                       problem.system, problem.model)]
+    seeds = [problem.arrays(start if start is not None else greedy_plan(problem.system, problem.model, problem.masks))]
     return Evolutionary(seeds)
