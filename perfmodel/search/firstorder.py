@@ -11,8 +11,9 @@ share of the gradient), with the change the move makes to the plan's arrays:
 
 (a type change to row-wise over every device or data-parallel leaves the placement row out: it no
 longer matters; row-wise over a subset of blocks takes the placement's mean over their devices). A
-table not table- or column-wise (or row-wise over a subset) now has no placement gradient (its placement does not enter the
-step), so its moves to each device tie; they are ordered by the device's compute load. Estimates
+table not table- or column-wise (or row-wise over a subset) now has no placement gradient (its
+placement does not enter the step), so its moves to each device tie; they are ordered by the
+device's compute load. Estimates
 rank the moves (ties by the destination's compute load, or a domain's memory); the hard scores of
 the best-ranked decide.
 """

@@ -69,7 +69,8 @@ class Problem:
         # the objective's draws are priced in the compiled scorer only
         put("eager", sc.eager(system, model) and self.draws is None)
         put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
-        put("row_subsets", row_subsets(system))
+        # a guard prices TorchRec's shapes, and TorchRec has no row-wise subset of several blocks
+        put("row_subsets", row_subsets(system) if self.guard is None else ())
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
         tb = jax.tree_util.tree_map(np.asarray, model.tables)
