@@ -18,7 +18,6 @@ draws (objective.py); each wrapper calls search_one for every problem it makes.
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 

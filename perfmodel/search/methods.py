@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..evaluate import evaluate
-from ..plan import PRECISIONS, Plan, to_arrays
+from ..plan import PRECISIONS, Plan
 from .baselines import Evolutionary, Random
 from .exact import exact_plan
 from .greedy import greedy_plan
@@ -101,7 +101,7 @@ class Spec:
 
 def _evolutionary(name, start, options, problem, seeds=()):
     plans = list(seeds) or [start if start is not None else greedy_plan(problem.system, problem.model, problem.masks)]
-    return Evolutionary([to_arrays(problem.held(q), problem.system, problem.model) for q in plans])
+    return Evolutionary([problem.arrays(q) for q in plans])
 
 
 REGISTRY = {s.name: s for s in (

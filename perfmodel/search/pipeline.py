@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..plan import Plan, from_arrays, to_arrays
+from ..plan import Plan, from_arrays
 from . import adam
 from . import descent as ds
 from . import moves as mv
@@ -245,7 +245,7 @@ class Gradient:
         last joins the start's race."""
         if s.pop is None:
             seeds = list(s.seeds or [s.greedy]) + ([s.within] if s.within is not None else [])
-            pop = Evolutionary([to_arrays(q, p.system, p.model) for q in seeds]).init(p, s.seed, budget)
+            pop = Evolutionary([p.arrays(q) for q in seeds]).init(p, s.seed, budget)
         else:
             pop = Evolutionary().step(p, s.pop, budget)
         generation = pop.rounds
