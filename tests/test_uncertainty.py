@@ -50,12 +50,12 @@ def test_provenance_defaults_and_stated_ranges(h100_8):
     ins = {i.field: i for i in inputs_of(h100_8)}
     peak = ins["compute.peak_bf16_TFLOPs"]                 # "# source:" -> +- 5 %
     assert peak.provenance == "source" and (peak.lo, peak.hi) == pytest.approx((989 * 0.95, 989 * 1.05))
-    launch = ins["compute.launch_overhead_us"]             # "# assumed:" -> +- 30 %
-    assert launch.provenance == "assumed" and (launch.lo, launch.hi) == pytest.approx((2.1, 3.9))
+    launch = ins["compute.launch_overhead_us"]             # the file's own range
+    assert launch.provenance == "stated" and (launch.lo, launch.hi) == pytest.approx((1.3, 2.5))
     eff = ins["memory.hbm_usable_fraction"]                # assumed 0.9 +- 30 % passes the field's 1.0:
     assert (eff.lo, eff.hi) == pytest.approx((0.8, 1.0))    # narrowed to stay centred on 0.9
     gather = ins["memory.gather_efficiency_max"]           # the file's own range
-    assert gather.provenance == "stated" and (gather.lo, gather.hi) == (0.50, 0.65)
+    assert gather.provenance == "stated" and (gather.lo, gather.hi) == (0.43, 0.56)
     assert "memory.hbm_capacity_GB" not in ins             # a datasheet capacity is exact
     assert "compute.compute_units" not in ins              # counts are exact
     assert all(i.name.startswith("h100:") for i in inputs_of(h100_8))
@@ -252,7 +252,7 @@ def test_cli_bad_uncertainty_arguments(capsys, argv, says):
 def test_cli_lists_inputs(capsys):
     assert main(["uncertainty", "--system", "h100-8", "--model", "dlrm-small", "--inputs"]) == 0
     out = capsys.readouterr().out
-    assert "h100:memory.gather_efficiency_max" in out and "stated" in out and "0.5 .. 0.65" in out
+    assert "h100:memory.gather_efficiency_max" in out and "stated" in out and "0.43 .. 0.56" in out
 
 
 def test_python_compare_and_attribute_take_uncertainty():
