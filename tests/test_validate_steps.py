@@ -79,6 +79,18 @@ def test_plan_settings_parse_as_a_plan_holds_them(tmp_path):
     assert row.settings == {"overlap_chunks": 4, "pipeline": False, "offload": False, "dense": "replicated"}
 
 
+
+@pytest.mark.parametrize("settings, key", [("dense=replicated; dense=fully_sharded", "dense"),
+                                           ("overlap_chunks=4;pipeline=no;overlap_chunks=2", "overlap_chunks"),
+                                           ("planner=hugectr:auto:7; planner=hugectr:uniform", "planner")])
+def test_a_setting_given_twice_is_refused(tmp_path, settings, key):
+    """The last of two values won, silently: one error naming the file, the row and the key."""
+    (tmp_path / "twice.csv").write_text(HEADER + f"h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,{settings},3.5,r,s\n")
+    with pytest.raises(ConfigError) as err:
+        st.load_step_datasets(tmp_path)
+    assert err.value.source.endswith("twice.csv:2") and err.value.field == "plan_settings"
+    assert f"sets {key!r} twice" in err.value.message
+
 def test_a_missing_column_or_non_utf8_file(tmp_path):
     (tmp_path / "a.csv").write_text(HEADER.replace("ms_per_step,", ""))
     with pytest.raises(ConfigError, match="ms_per_step"):

@@ -130,12 +130,15 @@ def _row(raw: dict, where: str) -> StepRow:
         raise ConfigError(where, "in_network_reduction", f"must be yes or no, got {raw['in_network_reduction']!r}")
     if not (raw.get("source") or "").strip():
         raise ConfigError(where, "source", "is empty: every measurement names where it was published")
-    settings, planner = {}, None
+    settings, planner, seen = {}, None, set()
     for item in (x.strip() for x in (raw.get("plan_settings") or "").split(";")):
         if not item:
             continue
         key, _, value = item.partition("=")
         key, value = key.strip(), value.strip()
+        if key in seen:                # which of two values the run used is not for the reader to guess
+            raise ConfigError(where, "plan_settings", f"sets {key!r} twice; each setting appears once")
+        seen.add(key)
         if key == PLANNER:
             planner = parse_recipe(value, where, "plan_settings")
             continue
