@@ -51,6 +51,7 @@ import optax
 from ..config import DATA_DIR, ConfigError
 from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
+from .collectives import ERROR_MEASURE, largest_error
 from .csvfile import read_rows, shown
 
 STEPS = DATA_DIR / "measurements" / "steps"
@@ -364,14 +365,16 @@ def row_plan(row: dict, system, model) -> Plan:
 
 def format_steps(rep: dict, rows: bool = True) -> str:
     cal = "calibrated_geomean_err" in rep
-    pct = lambda key: f"{100 * rep[key]:.1f} % (max {100 * rep[key.replace('geomean', 'max')]:.0f} %)"
+    # the largest row's error in the mean's own measure (collectives.largest_error), from the rows
+    largest = lambda key: largest_error(r[key.replace("_geomean", "")] for r in rep["rows"] if key.replace("_geomean", "") in r)
+    pct = lambda key: f"{100 * rep[key]:.1f} % (max {100 * largest(key):.0f} %)"
     head = [f"{rep['dataset']}  ({rep['file']})"]
     if "run_plan_geomean_err" in rep:
         head.append(f"at the runs' own plans (the physics): blind {pct('run_plan_geomean_err')}"
                     + (f", leave-one-system-out {pct('run_plan_loso_geomean_err')}" if "run_plan_loso_geomean_err" in rep else ""))
     head.append(f"at perfmodel's best plan: blind {pct('blind_geomean_err')}"
                 + (f", leave-one-system-out {pct('calibrated_geomean_err')}" if cal else ""))
-    lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]]
+    lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]] + ["  " + ERROR_MEASURE]
     if rows:
         run = any("run_plan_ms" in r for r in rep["rows"])
         loso = any("run_plan_loso_ms" in r for r in rep["rows"])
