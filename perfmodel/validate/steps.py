@@ -38,7 +38,6 @@ exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -390,9 +389,3 @@ def format_steps(rep: dict, rows: bool = True) -> str:
                          + f" {r['greedy_ms']:>6.3f}ms   {r.get('planner', '-')}, {r['run']}")
         lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model")
     return "\n".join(lines)
-
-
-def save_results(rep: dict, path: str | Path) -> None:
-    """Write the report as JSON to a new file (never overwrites)."""
-    from ..files import write_new
-    write_new(path, json.dumps(rep, indent=1) + "\n")
