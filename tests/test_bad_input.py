@@ -362,6 +362,31 @@ def test_ctrl_c_ends_the_process_though_a_thread_still_works():
     assert done.returncode == 130 and done.stderr == "perfmodel: interrupted\n" and done.stdout == ""
 
 
+
+class _FullDisk(io.StringIO):
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"]])
+def test_a_full_stdout_is_one_line_naming_it(argv):
+    """A full disk under stdout gave a traceback (OSError errno 28 from the command's print): one line
+    naming stdout, exit code 2, as any output that cannot be written."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(_FullDisk()), contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert code == 2 and err.getvalue() == "perfmodel: error: stdout: cannot be written: No space left on device\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_full_stdout_ends_the_process_in_one_line():
+    """`perfmodel list > /dev/full`: the write fails at the command's last flush, and Python's own
+    flush at exit must not print a second error."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "perfmodel", "list"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300, cwd=REPO)
+    assert (done.returncode, done.stderr) == (2, "perfmodel: error: stdout: cannot be written: No space left on device\n")
+
 # ------------------------------------------------------------------------------------- Python API
 
 @pytest.fixture(scope="module")
