@@ -117,6 +117,20 @@ def test_the_printed_largest_error_is_in_the_means_measure():
     (row,) = [ln for ln in validate.format_report(coll, rows=False).splitlines() if ln.startswith("c ")]
     assert [float(x) for x in re.findall(r"([\d.]+)%", row)] == [81.8, 82.0, 81.8, 82.0], row
 
+
+@pytest.mark.parametrize("line, message", [
+    ("h100ib-8,dlrm-dcnv2-mlperf", "has 2 cells; the header has 10"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,overlap_chunks=4, pipeline=no,3.5,r,s", "has 11 cells; the header has 10"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,1e30,fp16,fp32,no,,3.5,r,s", "global_batch': must be a positive finite integer of at most 1e.08"),
+])
+def test_a_row_of_the_wrong_width_or_a_batch_no_model_takes(tmp_path, line, message):
+    """A short row raised AttributeError (csv fills the missing cells with None), an unquoted comma
+    moved every later cell a column on silently, and a batch of 1e30 passed, which no model file takes."""
+    (tmp_path / "w.csv").write_text(HEADER + line + "\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        st.load_step_datasets(tmp_path)
+    assert err.value.source.endswith("w.csv:2")
+
 def test_a_missing_column_or_non_utf8_file(tmp_path):
     (tmp_path / "a.csv").write_text(HEADER.replace("ms_per_step,", ""))
     with pytest.raises(ConfigError, match="ms_per_step"):

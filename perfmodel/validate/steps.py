@@ -50,6 +50,7 @@ import optax
 from ..config import DATA_DIR, ConfigError
 from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
+from ..schema import MODEL
 from .collectives import ERROR_MEASURE, largest_error
 from .csvfile import read_rows, shown
 
@@ -110,13 +111,15 @@ def load_step_datasets(folder: str | Path | None = None) -> list[StepDataset]:
 def _row(raw: dict, where: str) -> StepRow:
     from ..evaluate import as_model, as_system
 
-    def num(key, integer=False):
+    def num(key, integer=False, hi=math.inf):
         try:
             v = float(raw[key])
         except (TypeError, ValueError):
             raise ConfigError(where, key, f"must be a number, got {raw[key]!r}") from None
-        if not (v > 0 and math.isfinite(v)) or (integer and v != int(v)):
-            raise ConfigError(where, key, f"must be a positive finite {'integer' if integer else 'number'}, got {raw[key]!r}")
+        if not (v > 0 and math.isfinite(v)) or (integer and v != int(v)) or v > hi:
+            at_most = f" of at most {hi:g}" if math.isfinite(hi) else ""
+            raise ConfigError(where, key, f"must be a positive finite {'integer' if integer else 'number'}{at_most}, "
+                              f"got {raw[key]!r}")
         return v
     dtype = raw["dense_dtype"].strip()
     if dtype not in DTYPES:
@@ -161,7 +164,7 @@ def _row(raw: dict, where: str) -> StepRow:
     if innet == "yes" and not (len(system.levels) > 1 and top.switch_reduction):
         raise ConfigError(where, "in_network_reduction", f"is yes but {raw['system']}'s {top.name} level does not reduce "
                           "in its switches (switch_reduction = true)")
-    return StepRow(raw["system"], raw["model"], int(num("global_batch", True)), DTYPES[dtype],
+    return StepRow(raw["system"], raw["model"], int(num("global_batch", True, MODEL["global_batch"].hi)), DTYPES[dtype],
                    tuple(dict.fromkeys(DTYPES[p] for p in precisions)), innet == "yes", settings, num("ms_per_step"),
                    raw.get("run", ""), raw["source"], where, planner, plan_source)
 
