@@ -387,6 +387,14 @@ def test_a_full_stdout_ends_the_process_in_one_line():
                               text=True, timeout=300, cwd=REPO)
     assert (done.returncode, done.stderr) == (2, "perfmodel: error: stdout: cannot be written: No space left on device\n")
 
+
+@pytest.mark.parametrize("command", [["uncertainty", "--draws", "16"], ["sensitivity"]])
+def test_a_negative_top_is_refused(command):
+    """--top -1 printed every row but the last (a slice from the end) and exited 0."""
+    code, out, err = run([*command, *S8, *SMALL, "--plan", "greedy", "--top", "-1"])
+    assert code == 2 and out == "" and err == ("perfmodel: error: field '--top': must be 0 (every row) or a number of "
+                                               "rows to print, got -1\n")
+
 # ------------------------------------------------------------------------------------- Python API
 
 @pytest.fixture(scope="module")
