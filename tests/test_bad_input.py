@@ -388,6 +388,14 @@ def test_a_full_stdout_ends_the_process_in_one_line():
     assert (done.returncode, done.stderr) == (2, "perfmodel: error: stdout: cannot be written: No space left on device\n")
 
 
+
+def test_a_closed_stdout_is_no_traceback():
+    """`perfmodel list >&-`: Python starts with sys.stdout None, and main()'s last flush raised
+    AttributeError. Python prints nothing to a closed stdout; the command ends as it would."""
+    done = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "perfmodel", "list"],
+                          stderr=subprocess.PIPE, text=True, timeout=300, cwd=REPO)
+    assert (done.returncode, done.stderr) == (0, "")
+
 @pytest.mark.parametrize("command", [["uncertainty", "--draws", "16"], ["sensitivity"]])
 def test_a_negative_top_is_refused(command):
     """--top -1 printed every row but the last (a slice from the end) and exited 0."""

@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout = _Stdout(stdout)
             rc = args.func(args)
             interrupt.check()      # a Ctrl-C that a callback swallowed is still an interrupt
-            sys.stdout.flush()     # inside the try: a reader gone or a full disk shows here, not at exit
+            if sys.stdout is not None:     # None: started with stdout closed (`>&-`), Python prints nothing
+                sys.stdout.flush()     # inside the try: a reader gone or a full disk shows here, not at exit
         return rc
     except ConfigError as err:
         print(f"perfmodel: error: {err}", file=sys.stderr)
