@@ -30,11 +30,17 @@ __all__ = [
     "uncertain_inputs", "uncertainty", "propagate", "attribution_draws", "uncertainty_sources",
 ]
 
-_state = {"loading": False}
+_state = {"loading": False, "loaded": False}
+# the submodules the command line imports before it installs its Ctrl-C handling (none imports jax):
+# such a name imports its module alone; any other name loads the whole API first, as an import of
+# the package did before it was lazy (`pm.cost.arrays` finds its module loaded)
+_LIGHT = frozenset({"cache", "cli", "config", "files", "interrupt"})
 
 
 def _load() -> None:
-    """Import the public names into the package (once; each import below binds nothing but its names)."""
+    """Import the public names into the package (each import below binds nothing but its names)."""
+    if _state["loaded"]:
+        return
     _state["loading"] = True
     try:
         from .cache import enable_compile_cache
@@ -61,20 +67,22 @@ def _load() -> None:
         from .uncertainty.propagate import propagate, uncertainty
         from .uncertainty.decompose import sources as uncertainty_sources
         globals().update({name: value for name, value in locals().items() if name in __all__})
+        _state["loaded"] = True
     finally:
         _state["loading"] = False
 
 
 class _Package(_types.ModuleType):
-    """The package: a public name loads the API on its first use, another name a submodule of that
-    name; a submodule never hides the public function of its name (evaluate, search, uncertainty),
-    which the import system would otherwise bind on the package when the submodule loads."""
+    """The package: a name's first use loads the API (a _LIGHT name: its module alone); a submodule
+    never hides the public function of its name (evaluate, search, uncertainty), which the import
+    system would otherwise bind on the package when the submodule loads."""
 
     def __getattr__(self, name: str):
         if name.startswith("_") or _state["loading"]:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if name in __all__:
+        if name not in _LIGHT:
             _load()
+        if name in self.__dict__:
             return self.__dict__[name]
         try:
             return _importlib.import_module(f"{__name__}.{name}")
