@@ -396,6 +396,14 @@ def test_a_closed_stdout_is_no_traceback():
                           stderr=subprocess.PIPE, text=True, timeout=300, cwd=REPO)
     assert (done.returncode, done.stderr) == (0, "")
 
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_device_as_the_reference_to_replace_is_refused():
+    """schema --markdown replaces only a file it wrote, so it reads the file first: /dev/zero (or
+    /dev/full) was read until the process ran out of memory."""
+    code, out, err = run(["schema", "--markdown", "/dev/zero"])
+    assert code == 2 and out == "" and err.startswith("perfmodel: error: /dev/zero: is not a regular file")
+
 @pytest.mark.parametrize("command", [["uncertainty", "--draws", "16"], ["sensitivity"]])
 def test_a_negative_top_is_refused(command):
     """--top -1 printed every row but the last (a slice from the end) and exited 0."""
