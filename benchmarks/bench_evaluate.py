@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 import perfmodel as pm  # noqa: E402
-from perfmodel.evaluate import _evaluate  # noqa: E402
+from perfmodel.evaluate import evaluate_arrays  # noqa: E402
 
 HARD_TAU = 0.0
 RELAXED_TAU = 0.05
@@ -146,14 +146,14 @@ class Case:
         m = self.model = pm.load_model(model_name)
         self.n_dev = mesh.devices.size
         self.sys_repl = jax.device_put(s, NamedSharding(mesh, PartitionSpec()))
-        hard_of_system = lambda sy, p: _evaluate(sy, m, p, HARD_TAU).step_s
+        hard_of_system = lambda sy, p: evaluate_arrays(sy, m, p, HARD_TAU).step_s
         # A plan search holds the system fixed: the hard evaluation and the plan gradient close over it.
         # The System gradient takes it as an argument (in_axes None: one System, a batch of plans).
-        self.single = jax.jit(lambda p: _evaluate(s, m, p, HARD_TAU).step_s)
+        self.single = jax.jit(lambda p: evaluate_arrays(s, m, p, HARD_TAU).step_s)
         self.fns = {
-            "hard": jax.jit(jax.vmap(lambda p: _evaluate(s, m, p, HARD_TAU).step_s)),
+            "hard": jax.jit(jax.vmap(lambda p: evaluate_arrays(s, m, p, HARD_TAU).step_s)),
             "grad_system": jax.jit(jax.vmap(jax.grad(hard_of_system, argnums=0), in_axes=(None, 0))),
-            "grad_plan": jax.jit(jax.vmap(jax.grad(lambda p: _evaluate(s, m, p, RELAXED_TAU).step_s))),
+            "grad_plan": jax.jit(jax.vmap(jax.grad(lambda p: evaluate_arrays(s, m, p, RELAXED_TAU).step_s))),
         }
 
     def plans(self, n: int, relaxed: bool = False):

@@ -31,10 +31,6 @@ __all__ = [
 ]
 
 _state = {"loading": False, "loaded": False}
-# the submodules the command line imports before it installs its Ctrl-C handling (none imports jax):
-# such a name imports its module alone; any other name loads the whole API first, as an import of
-# the package did before it was lazy (`pm.cost.arrays` finds its module loaded)
-_LIGHT = frozenset({"cache", "cli", "config", "files", "interrupt"})
 
 
 def _load() -> None:
@@ -73,18 +69,18 @@ def _load() -> None:
 
 
 class _Package(_types.ModuleType):
-    """The package: a name's first use loads the API (a _LIGHT name: its module alone); a submodule
+    """The package: a public name's first use loads the API, a submodule's name imports that module
+    alone (perfmodel's own modules ask for their neighbours so while the API loads); a submodule
     never hides the public function of its name (evaluate, search, uncertainty), which the import
     system would otherwise bind on the package when the submodule loads."""
 
     def __getattr__(self, name: str):
         if name.startswith("_") or _state["loading"]:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if name not in _LIGHT:
+        if name in __all__:
             _load()
-        if name in self.__dict__:
             return self.__dict__[name]
-        try:
+        try:           # a submodule: that module alone, as the import system's `from perfmodel import x` asks
             return _importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as err:
             if err.name != f"{__name__}.{name}":

@@ -44,7 +44,8 @@ import numpy as np
 
 from .config import ConfigError, read_file
 from .hardware import sync_every_problem
-from .schema import COMPUTE_KERNELS, CONSTRAINT, SHARDING_TYPES
+from .schema import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, CONSTRAINT, DENSE_MODES,  # noqa: F401
+                     PRECISIONS, SHARDING_TYPES)
 
 KEYS = tuple(o.key for o in CONSTRAINT.values() if o.section == "<table>")
 PLAN_KEYS = tuple(o.key for o in CONSTRAINT.values() if not o.section)     # replicas, sync_every
@@ -81,16 +82,18 @@ class Constraints:
     ignored: tuple[str, ...] = ()       # TorchRec fields read and set aside ("t0.pooling_factors")
     replicas: tuple[int, ...] | None = None      # the replica counts a plan may take (None: any)
     sync_every: int | None = None                # the most steps between the replicas' syncs (None: any)
+    hold: dict | None = None                     # plan settings held (plan.hold's keys; None: none)
 
     def __bool__(self) -> bool:
-        return bool(self.tables) or self.replicas is not None or self.sync_every is not None
+        return bool(self.tables) or self.replicas is not None or self.sync_every is not None or bool(self.hold)
 
     def merged(self, other: "Constraints") -> "Constraints":
         """These constraints with `other`'s tables (and plan-wide keys) replacing theirs."""
         src = " + ".join(s for s in (self.source, other.source) if s)
         return Constraints({**self.tables, **other.tables}, src, self.ignored + other.ignored,
                            other.replicas if other.replicas is not None else self.replicas,
-                           other.sync_every if other.sync_every is not None else self.sync_every)
+                           other.sync_every if other.sync_every is not None else self.sync_every,
+                           {**(self.hold or {}), **(other.hold or {})} or None)
 
     def to_dict(self) -> dict:
         out = {name: c.to_dict() for name, c in self.tables.items()}
@@ -204,16 +207,19 @@ def parse_constraints(data: Any, src: str = "constraints", prefix: str = "") -> 
     if not isinstance(data, dict):
         raise ConfigError(src, prefix.rstrip("."), "must map table names to their constraints")
     wide = _plan_wide(data, src, prefix)
-    data = {k: v for k, v in data.items() if not (k in PLAN_KEYS and not isinstance(v, dict))}
+    data = {k: v for k, v in data.items() if not (k in PLAN_KEYS and (k == "hold" or not isinstance(v, dict)))}
     if any(not isinstance(v, (dict, TableConstraint)) and hasattr(v, "sharding_types") for v in data.values()):
-        return dataclasses.replace(from_torchrec(data, src), replicas=wide[0], sync_every=wide[1])
+        return dataclasses.replace(from_torchrec(data, src), replicas=wide[0], sync_every=wide[1], hold=wide[2])
     return Constraints({str(name): table_constraint(c, src, f"{prefix}{name}") for name, c in data.items()}, src, (),
                        *wide)
 
 
 def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
-    """(replicas, sync_every) of a constraint set: keys beside the tables whose values are not a table's
-    (a table may be named "replicas": its value is then a table of constraints)."""
+    """(replicas, sync_every, hold) of a constraint set: keys beside the tables whose values are not a
+    table's (a table may be named "replicas": its value is then a table of constraints; `hold` is
+    always the plan's)."""
+    hold = data.get("hold")
+    hold = parse_hold(hold, src, f"{prefix}hold").as_dict() or None if hold is not None else None
     r, k = data.get("replicas"), data.get("sync_every")
     r = None if isinstance(r, dict) else r
     k = None if isinstance(k, dict) else k
@@ -228,7 +234,7 @@ def _plan_wide(data: dict, src: str, prefix: str) -> tuple:
         why = sync_every_problem(k)
         if why is not None:
             raise ConfigError(src, f"{prefix}sync_every", why)
-    return r, k
+    return r, k, hold
 
 
 def load_constraints(path: str | Path) -> Constraints:
@@ -263,8 +269,8 @@ def check_tables(c: Constraints, tables, prefix: str = "") -> None:
 
 def model_constraints(name_or_path) -> Constraints:
     """The [constraints.<table>] sections of a model file (a preset name or a path); none: empty."""
-    from .hardware import _resolve
-    path = _resolve("models", name_or_path)
+    from .presets import locate
+    path = locate("models", name_or_path)
     data = read_file(path)
     return parse_constraints(data.get("constraints", {}), str(path), "constraints.")
 
@@ -274,3 +280,117 @@ def for_command(model_arg: str, path: str | None) -> Constraints:
     given by --constraints (its tables replace the model file's)."""
     c = model_constraints(model_arg)
     return c.merged(load_constraints(path)) if path else c
+
+# ----------------------------------------------------------------------------- held settings
+# The plan-wide settings a user's framework fixes, which a search keeps from its first round
+# (plan/hold.py carries them to the search's masks and scored arrays). Keys (each optional): dense,
+# a2a_precision and grad_precision, offload and pipeline (on / off), grad_buckets and
+# overlap_chunks (1 to 1,024), and one algorithm per collective by its name (all_to_all,
+# all_reduce, reduce_scatter, all_gather).
+HOLD_BOOLS = {"on": True, "yes": True, "true": True, "off": False, "no": False, "false": False}
+HOLD_MAX_COUNT = 1024          # the most gradient buckets or overlap chunks a held setting may name
+HOLD_SCALARS = ("dense", "a2a_precision", "grad_precision", "offload", "pipeline", "grad_buckets", "overlap_chunks")
+HOLD_KEYS = HOLD_SCALARS + COLLECTIVES
+HOLD_ALLOWED = {"dense": ", ".join(DENSE_MODES), "a2a_precision": ", ".join(PRECISIONS),
+                "grad_precision": ", ".join(PRECISIONS), "offload": "on or off", "pipeline": "on or off",
+                "grad_buckets": f"an integer from 1 to {HOLD_MAX_COUNT:,}",
+                "overlap_chunks": f"an integer from 1 to {HOLD_MAX_COUNT:,}",
+                **{kind: ", ".join(ALLOWED_ALGORITHMS[kind]) for kind in COLLECTIVES}}
+
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Settings held at fixed values: (key, value) pairs in HOLD_KEYS order (module docstring)."""
+
+    items: tuple = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def as_dict(self) -> dict:
+        return dict(self.items)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.as_dict()
+
+    def __str__(self) -> str:
+        word = lambda v: ("on" if v else "off") if isinstance(v, bool) else str(v)
+        return ",".join(f"{k}={word(v)}" for k, v in self.items)
+
+    @property
+    def plan_fields(self) -> set[str]:
+        """The Plan fields it holds (a collective's algorithm: "algorithms")."""
+        return {"algorithms" if k in COLLECTIVES else k for k, _ in self.items}
+
+    def apply(self, plan):
+        """`plan` with the held settings."""
+        if not self.items:
+            return plan
+        d = self.as_dict()
+        algos = {k: v for k, v in d.items() if k in COLLECTIVES}
+        scalars = {k: v for k, v in d.items() if k in HOLD_SCALARS}
+        if algos:
+            scalars["algorithms"] = dict(plan.algorithms, **algos)
+        return dataclasses.replace(plan, **scalars)
+
+    def keeps(self, plan) -> bool:
+        """Whether `plan` has every held setting."""
+        return all((plan.algorithms.get(k) if k in COLLECTIVES else getattr(plan, k)) == v for k, v in self.items)
+
+
+def hold_all(plan) -> Hold:
+    """Every setting of `plan` held."""
+    d = {k: getattr(plan, k) for k in HOLD_SCALARS}
+    d.update({kind: plan.algorithms[kind] for kind in COLLECTIVES if kind in plan.algorithms})
+    return Hold(tuple((k, d[k]) for k in HOLD_KEYS if k in d))
+
+
+def parse_hold(data, src: str = "", field: str = "hold") -> Hold:
+    """A Hold from "key=value,key=value", a dict or a Hold; one ConfigError naming `src`, the field
+    (field.key) and what is allowed otherwise."""
+    if data is None:
+        return Hold()
+    if isinstance(data, Hold):
+        return data
+    if isinstance(data, str):
+        pairs = {}
+        for item in (x.strip() for x in data.replace(";", ",").split(",")):
+            if not item:
+                continue
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise ConfigError(src, field, f"item {item!r} is not key=value (e.g. dense=replicated,overlap_chunks=1)")
+            if key.strip() in pairs:
+                raise ConfigError(src, f"{field}.{key.strip()}", "is given twice")
+            pairs[key.strip()] = value.strip()
+        data = pairs
+    if not isinstance(data, dict):
+        raise ConfigError(src, field, f"must be key=value pairs or a table of them, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        if key not in HOLD_KEYS:
+            raise ConfigError(src, f"{field}.{key}", f"is not a setting a plan may hold; allowed: {', '.join(HOLD_KEYS)}")
+        out[key] = _value(key, value, src, f"{field}.{key}")
+    return Hold(tuple((k, out[k]) for k in HOLD_KEYS if k in out))
+
+
+def _value(key: str, value, src: str, where: str):
+    bad = lambda: ConfigError(src, where, f"is {value!r}; allowed: {HOLD_ALLOWED[key]}")
+    if key in ("offload", "pipeline"):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in HOLD_BOOLS:
+            return HOLD_BOOLS[value.strip().lower()]
+        raise bad()
+    if key in ("grad_buckets", "overlap_chunks"):
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= HOLD_MAX_COUNT:
+            raise bad()
+        return int(value)
+    allowed = {"dense": DENSE_MODES, "a2a_precision": PRECISIONS, "grad_precision": PRECISIONS}.get(key) \
+        or ALLOWED_ALGORITHMS[key]
+    if not isinstance(value, str) or value.strip() not in allowed:
+        raise bad()
+    return value.strip()

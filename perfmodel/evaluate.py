@@ -27,7 +27,8 @@ from .cost.schedule import step_schedule
 from .cost.smooth import reduce_max
 from .cost.traffic import collective_times, plan_traffic
 from .config import ConfigError
-from .hardware import System, _pytree, capacity_bytes, load_system, static, whole_system
+from .hardware import System, capacity_bytes, load_system, whole_system
+from .pytree import pytree, static
 from .plan import Plan, PlanArrays, check_arrays, group_problem, load_plan, to_arrays, validate_plan
 from .workload import RankingModel, load_model
 
@@ -36,7 +37,7 @@ PHASES = ("input_dist", "bottom_fwd", "emb_fwd", "output_dist", "top_fwd", "top_
 COMM_PHASES = ("input_dist", "output_dist", "grad_dist", "dense_sync")
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Breakdown:
     """Everything one evaluation says about a step. Arrays of shape [D] are per device."""
@@ -65,7 +66,7 @@ class Breakdown:
     replicas: int = static(default=1)    # a 2D plan's sharding groups: the system has num_chips x replicas chips
 
 
-def _loaded(value, cls, load, field: str, allowed: str):
+def as_loaded(value, cls, load, field: str, allowed: str):
     """`value` if it is a `cls`; load(value) if it is a name or path; else a ConfigError naming `field`."""
     if isinstance(value, (str, Path)):
         return load(value)
@@ -76,12 +77,12 @@ def _loaded(value, cls, load, field: str, allowed: str):
 
 def as_system(system: System | str | Path) -> System:
     """A System, or one loaded from a preset name or TOML path; anything else is a ConfigError."""
-    return _loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
+    return as_loaded(system, System, load_system, "system", "a System, a preset name (e.g. 'mtia300-64') or a TOML path")
 
 
 def as_model(model: RankingModel | str | Path) -> RankingModel:
     """A RankingModel, or one loaded from a preset name or TOML/JSON path; anything else is a ConfigError."""
-    return _loaded(model, RankingModel, load_model, "model",
+    return as_loaded(model, RankingModel, load_model, "model",
                    "a RankingModel, a preset name (e.g. 'dlrm-dcnv2-mlperf') or a TOML/JSON path")
 
 
@@ -136,7 +137,9 @@ def check_temperature(temperature) -> float:
     return t
 
 
-def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+def evaluate_arrays(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> Breakdown:
+    """The Breakdown of plan arrays at temperature tau, traceable (jit, vmap, grad): what evaluate
+    compiles, and what the searches and fits trace through."""
     return step_model(system, model, pa, tau)[0]
 
 
@@ -145,8 +148,8 @@ def _evaluate(system: System, model: RankingModel, pa: PlanArrays, tau: float) -
 # one plan; benchmarks/bench_compile.py). jax allows compile options only on a top-level jit:
 # evaluate() called under a transformation (inside a jit, vmap or grad: its inputs are tracers), as
 # sweeps do, uses a plain one
-_evaluate_jit = jit(_evaluate, static_argnums=3, quick=True)
-_evaluate_nested = jax.jit(_evaluate, static_argnums=3)
+_evaluate_jit = jit(evaluate_arrays, static_argnums=3, quick=True)
+_evaluate_nested = jax.jit(evaluate_arrays, static_argnums=3)
 
 
 def step_model(system: System, model: RankingModel, pa: PlanArrays, tau: float) -> tuple[Breakdown, EmbeddingCosts]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis import knobs as K
+from . import knobs as K
 from .analysis.table import columns
 from .config import ConfigError
 from .evaluate import COMM_PHASES, PHASES, Breakdown

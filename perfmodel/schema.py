@@ -8,6 +8,13 @@ unit, leaf, bounds) that the loaders, the calibration writer and the sweep knobs
 A field's value is in the unit its key names; `scale` converts it to SI (`leaf` is the array of the
 loaded System or RankingModel that holds it, in SI). Bounds are inclusive and in the key's unit.
 
+The rows build the hardware: every row whose `leaf` is `chip.<name>`, `nic.<name>`, `offload.<name>`,
+`levels[].<name>` or `<name>` (the System's own) is a field of that dataclass (hardware/types.py), and
+the chip and system loaders read each such row as the row says (hardware/loading.py). A new chip
+field is one row here, the formula that uses it and the preset files' lines. A row's default may be a
+number, another row's name (its value), or When(condition, otherwise): required where the condition
+holds, else `otherwise`; `at_most` names a row whose value bounds this one.
+
 Why these bounds. The model runs in float32 (about 1.2e-38 to 3.4e38). Each bound is wide enough
 for any machine or model in sight (every preset sits orders of magnitude inside), and narrow enough
 that every derived quantity stays finite and positive: a time is at most bytes or FLOPs over the
@@ -25,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import Num
+from .config import Num, Section
 
 MAX_CHIPS = 65_536        # evaluated in seconds and < 1.1 GB with dlrm-small; its default plan takes longer
 MAX_TABLES = 100_000      # 100,000 tables evaluate finitely (about a minute, mostly compile)
@@ -33,6 +40,40 @@ MAX_LAYERS = 10_000       # layers of one [[dense.layers]] entry (a transformer'
 MAX_GEMMS = 100_000       # GEMMs of the whole dense part, once its layers are lowered
 
 US, GB, GBPS, TF, GBIT, MB = 1e-6, 1e9, 1e9, 1e12, 1e9 / 8, 1e6
+
+
+@dataclass(frozen=True)
+class When:
+    """A default that depends on other fields: the field is required where `condition` holds, else
+    it is `otherwise` (a number in the field's unit, or another field's name: its value).
+
+    A condition is `<field>` (a flag, or a number other than 0), `not <field>`, `<field> == <word>`
+    or `<field> > <number>`, a field named as the messages name it ("nic.serves_scale_up")."""
+
+    condition: str
+    otherwise: float | str
+
+    def holds(self, value) -> bool:
+        """Whether the condition holds, `value(name)` giving a field's value: a number in SI (the
+        conditions compare counts, whose unit is SI), a word or a flag."""
+        words = self.condition.split()
+        negate = words[0] == "not"
+        if negate:
+            words = words[1:]
+        got = value(words[0])
+        if len(words) == 1:
+            out = bool(got)
+        elif words[1] == "==":
+            out = got == words[2]
+        elif words[1] == ">":
+            out = got > float(words[2])
+        else:
+            raise ValueError(f"condition {self.condition!r}: the operator is == or >")
+        return out != negate
+
+    def __str__(self) -> str:
+        other = f"{self.otherwise:g}" if isinstance(self.otherwise, float) else self.otherwise
+        return f"required when {self.condition}, else {other}"
 
 
 @dataclass(frozen=True)
@@ -47,9 +88,12 @@ class Field:
     lo: float              # smallest allowed value (inclusive), in the key's unit
     hi: float              # largest allowed value (inclusive)
     integer: bool = False
-    default: float | str | None = None    # the value when absent; None: required; text: a default that depends
+    default: float | str | When | None = None    # the value when absent; None: required; a field's name:
+                                                 # its value; When: required where a condition holds; other
+                                                 # text: a default its loader works out (a model's)
     meaning: str = ""
     label: str = ""        # a short name for study tables (sensitivity); "" : the meaning
+    at_most: str = ""      # a field whose value bounds this one from above (active_ports: ports)
 
     @property
     def name(self) -> str:
@@ -82,6 +126,12 @@ def _fields(*rows) -> dict[str, Field]:
         assert f.name not in out and 0 <= f.lo < f.hi < math.inf, f
         out[f.name] = f
     return out
+
+
+def reader(s: Section, table: dict[str, Field], section: str):
+    """num(key, **kw): the field `key` of `s`, checked against `table`'s bounds for `section` ("" at
+    the top); kw (required / default / a tighter hi) as Field.num."""
+    return lambda key, **kw: s.num(table[f"{section}.{key}" if section else key].num(**kw))
 
 
 _I = True     # integer
@@ -142,10 +192,10 @@ CHIP = _fields(
      'NIC port bandwidth'),
     ("nic", "active_ports", "", 1.0, "nic.active_ports", 1, 1024, _I, None,
      'ports cabled and in use (at most ports)',
-     'active NIC ports'),
+     'active NIC ports', 'nic.ports'),
     # a share of the NIC within [0.001, 0.999]: the other share, 1 - f, keeps 3 significant digits
     # in float32 (f is held to 6e-8)
-    ("nic", "scale_up_fraction", "", 1.0, "nic.scale_up_fraction", 1e-3, 0.999, False, 'required when serves_scale_up, else 0',
+    ("nic", "scale_up_fraction", "", 1.0, "nic.scale_up_fraction", 1e-3, 0.999, False, When('nic.serves_scale_up', 0.0),
      "share of the NIC's bandwidth that carries scale-up traffic",
      'NIC share on scale-up'),
     ("nic", "bandwidth_efficiency", "", 1.0, "nic.bandwidth_eff", 1e-3, 1.0, False, 1.0,
@@ -161,16 +211,16 @@ CHIP = _fields(
      "the network stack's fixed cost per chunk a channel sends (NCCL's net proxy, the net plugin: post and completion)"),
     ("nic", "chunk_KiB", "KiB", 1024.0, "nic.chunk_bytes", 4.0, 1e5, False, 512.0,
      "most bytes one chunk of a network step carries (NCCL's Simple buffer over its 8 steps: 4 MiB / 8)"),
-    ("nic", "pcie_bandwidth_GBps", "GB/s", GBPS, "nic.pcie_Bps", 1e-3, 1e6, False, 'required when attach = pcie, else 0',
+    ("nic", "pcie_bandwidth_GBps", "GB/s", GBPS, "nic.pcie_Bps", 1e-3, 1e6, False, When('nic.attach == pcie', 'host.link_bandwidth_GBps'),
      'PCIe link between the chip and a PCIe NIC (caps its bandwidth)',
      'PCIe bandwidth in front of the NIC'),
-    ("nic", "pcie_latency_us", "us", US, "nic.pcie_latency_s", 0.0, 1e6, False, 'required when attach = pcie, else 1',
+    ("nic", "pcie_latency_us", "us", US, "nic.pcie_latency_s", 0.0, 1e6, False, When('nic.attach == pcie', 1.0),
      'added latency per PCIe transaction',
      'PCIe latency per message'),
-    ("scale_up", "bandwidth_GBps", "GB/s", GBPS, "chip.scale_up_Bps", 1e-3, 1e6, False, 'required unless nic.serves_scale_up',
+    ("scale_up", "bandwidth_GBps", "GB/s", GBPS, "chip.scale_up_Bps", 1e-3, 1e6, False, When('not nic.serves_scale_up', 0.0),
      'scale-up (NVLink-like) bandwidth per chip, each direction',
      'dedicated scale-up link bandwidth (NVLink)'),
-    ("scale_up", "latency_us", "us", US, "chip.scale_up_latency_s", 0.0, 1e6, False, 'required unless nic.serves_scale_up',
+    ("scale_up", "latency_us", "us", US, "chip.scale_up_latency_s", 0.0, 1e6, False, When('not nic.serves_scale_up', 0.0),
      'scale-up latency',
      'dedicated scale-up link latency'),
     ("scale_up", "bandwidth_efficiency", "", 1.0, "chip.scale_up_eff", 1e-3, 1.0, False, 1.0,
@@ -181,20 +231,20 @@ CHIP = _fields(
     ("offload", "engines", "", 1.0, "offload.engines", 0, 1024, _I, None,
      'communication-offload engines per chip (0: collectives are core-driven)',
      'offload engines'),
-    ("offload", "clock_GHz", "GHz", 1e9, "offload.clock_Hz", 1e-3, 1e3, False, 'required when engines > 0',
+    ("offload", "clock_GHz", "GHz", 1e9, "offload.clock_Hz", 1e-3, 1e3, False, When('offload.engines > 0', 1.0),
      'engine clock',
      'offload engine clock'),
-    ("offload", "reduce_bytes_per_cycle", "bytes", 1.0, "offload.reduce_bytes_per_cycle", 1e-3, 1e6, False, 'required when engines > 0',
+    ("offload", "reduce_bytes_per_cycle", "bytes", 1.0, "offload.reduce_bytes_per_cycle", 1e-3, 1e6, False, When('offload.engines > 0', 1.0),
      'bytes one engine reduces per cycle',
      'engine reduce bytes/cycle, one busy'),
     ("offload", "reduce_bytes_per_cycle_all_busy", "bytes", 1.0, "offload.reduce_bytes_per_cycle_all_busy",
-     1e-3, 1e6, False, 'required when engines > 0',
+     1e-3, 1e6, False, When('offload.engines > 0', 1.0),
      'bytes per cycle per engine when all are busy',
      'engine reduce bytes/cycle, all busy'),
-    ("offload", "setup_us", "us", US, "offload.setup_s", 0.0, 1e6, False, 'required when engines > 0',
+    ("offload", "setup_us", "us", US, "offload.setup_s", 0.0, 1e6, False, When('offload.engines > 0', 0.0),
      'set-up cost of one offloaded operation',
      'engine setup per collective'),
-    ("offload", "messages_in_flight_per_engine", "", 1.0, "offload.msgs_per_engine", 1, 1e6, False, 'required when engines > 0',
+    ("offload", "messages_in_flight_per_engine", "", 1.0, "offload.msgs_per_engine", 1, 1e6, False, When('offload.engines > 0', 1.0),
      'messages one engine keeps in flight',
      'messages in flight per engine'),
     ("core_collectives", "compute_fraction", "", 1.0, "chip.core_compute_fraction", 0.0, 0.9, False, None,
@@ -318,7 +368,7 @@ MODEL_LEAVES = {f.leaf: f for f in MODEL.values() if f.leaf}
 
 
 # ------------------------------------------------------------------------ words, not numbers
-# The vocabularies the files use; plan/, workload.py, hardware.py and constraints.py read them here.
+# The vocabularies the files use; plan/, workload.py, hardware/ and constraints.py read them here.
 SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise")
 DENSE_MODES = ("replicated", "fully_sharded", "hybrid")
 ALGORITHMS = ("ring", "direct", "tree", "hierarchical")
@@ -353,9 +403,16 @@ class Option:
     section: str
     key: str
     kind: str                       # "text", "flag", "list", "table", "integer", "number"
-    allowed: str                    # the choices or the rule, as a message gives it
+    allowed: str                    # the choices (Choices) or the rule, as a message gives it
     default: str | None             # None: required
     meaning: str
+    leaf: str | None = None         # the dataclass field it sets, as Field.leaf: static text or flag, or,
+    index: bool = False             # with index, the choice's position as a float leaf (nic.pcie: a blend)
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        """The words a text option allows, or None for any text."""
+        return getattr(self.allowed, "choices", None)
 
     @property
     def name(self) -> str:
@@ -368,24 +425,38 @@ def _options(*rows) -> dict[str, Option]:
     return out
 
 
-_one = lambda choices: "one of " + ", ".join(choices)
+class Choices(str):
+    """The text "one of a, b" a message and the reference give, holding the words themselves."""
+
+    def __new__(cls, choices):
+        out = super().__new__(cls, "one of " + ", ".join(choices))
+        out.choices = tuple(choices)
+        return out
+
+
+_one = Choices
 
 CHIP_OPTIONS = _options(
-    ("", "name", "text", "any", None, "the chip's name"),
+    ("", "name", "text", "any", None, "the chip's name", "chip.name"),
     ("", "description", "text", "any", "", "one line for `perfmodel list`"),
+    ("", "architecture", "text", "any (e.g. ampere, hopper, blackwell, mtia, gaudi)", "",
+     "the chip's architecture family: the unit the model's error is fitted and carried over (none: a family of "
+     "its own)"),
     ("nic", "attach", "text", _one(NIC_ATTACH), None,
-     "integrated: in the package, DMA from HBM; pcie: behind a PCIe link"),
-    ("nic", "serves_scale_up", "flag", "true or false", None, "the NIC also carries scale-up traffic (no [scale_up] link)"),
-    ("scale_up", "kind", "text", _one(SCALE_UP_KINDS), "nvlink", "what the scale-up link is"),
+     "integrated: in the package, DMA from HBM; pcie: behind a PCIe link", "nic.pcie", True),
+    ("nic", "serves_scale_up", "flag", "true or false", None, "the NIC also carries scale-up traffic (no [scale_up] link)",
+     "nic.serves_scale_up"),
+    ("scale_up", "kind", "text", _one(SCALE_UP_KINDS), "nvlink", "what the scale-up link is", "chip.scale_up_kind"),
 )
 SYSTEM_OPTIONS = _options(
     ("", "name", "text", "any", None, "the family's name (systems are <name>-<chips>)"),
     ("", "description", "text", "any", "", "one line for `perfmodel list`"),
     ("", "chip", "text", "a chip preset or a chip TOML path", None, "the chip every rank is"),
     ("", "nic", "table", "fields of the chip's [nic]", "{}", "the node's NICs, replacing the chip's fields (a cloud instance's)"),
-    ("network.levels[]", "name", "text", "any", None, "the level's name (nvlink, leaf, spine, ...)"),
-    ("network.levels[]", "link", "text", _one(LEVEL_LINKS), None, "which link carries this level"),
-    ("network.levels[]", "switch_reduction", "flag", "true or false", "false", "switches reduce in the network (SHARP-like)"),
+    ("network.levels[]", "name", "text", "any", None, "the level's name (nvlink, leaf, spine, ...)", "levels[].name"),
+    ("network.levels[]", "link", "text", _one(LEVEL_LINKS), None, "which link carries this level", "levels[].link"),
+    ("network.levels[]", "switch_reduction", "flag", "true or false", "false", "switches reduce in the network (SHARP-like)",
+     "levels[].switch_reduction"),
 )
 MODEL_OPTIONS = _options(
     ("", "name", "text", "any", None, "the model's name"),
@@ -457,6 +528,9 @@ CONSTRAINT = _options(
      "them)", "[1]", "2D plans: the replica counts a plan may take (a table's ranks are then a sharding group's)"),
     ("", "sync_every", "integer", f"1 to {MAX_SYNC_EVERY:,}", "1", "2D plans: the most steps between the replicas' "
      "synchronizations"),
+    ("", "hold", "table", "dense, a2a_precision, grad_precision, offload, pipeline, grad_buckets, overlap_chunks, "
+     "all_to_all, all_reduce, reduce_scatter, all_gather", "none", "plan settings the framework fixes, which every "
+     "plan a search scores keeps (e.g. hold = {dense = \"replicated\", overlap_chunks = 1})"),
 )
 
 
@@ -482,7 +556,7 @@ def _row(name, unit, allowed, default, meaning) -> str:
 
 
 def _numeric(f: Field) -> tuple:
-    allowed = f"{'integer ' if f.integer else ''}{f.lo:g} to {f.hi:g}"
+    allowed = f"{'integer ' if f.integer else ''}{f.lo:g} to {f.hi:g}" + (f", at most {f.at_most}" if f.at_most else "")
     default = "required" if f.default is None else f"{f.default:g}" if isinstance(f.default, float) else f.default
     return f.name, f.unit, allowed, default, f.meaning
 

@@ -16,14 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import ConfigError, Section, preset_names, read_file
-from .hardware import _pytree, _reader, _resolve, static
-from .schema import DENSE_OPTIMIZER_NAMES, EMB_OPTIMIZERS, LAYER_KINDS, MAX_GEMMS, MAX_TABLES, MODEL, STAGES  # noqa: F401
+from .presets import locate
+from .pytree import pytree, static
+from .schema import DENSE_OPTIMIZER_NAMES, EMB_OPTIMIZERS, LAYER_KINDS, MAX_GEMMS, MAX_TABLES, MODEL, STAGES, reader  # noqa: F401
 
 SHARD_DTYPES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}
 DENSE_OPTIMIZERS = dict(zip(DENSE_OPTIMIZER_NAMES, (0.0, 1.0, 2.0)))   # state values per parameter
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class EmbeddingTables:
     """T embedding tables as arrays of length T."""
@@ -61,7 +62,7 @@ class EmbeddingTables:
         return self.features + self.sequence * (self.pooling - self.features)
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Dense:
     """The dense network lowered to G GEMMs per sample, plus elementwise traffic per stage."""
@@ -83,7 +84,7 @@ class Dense:
         return 2.0 * self.m * self.n * self.k
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class RankingModel:
     tables: EmbeddingTables
@@ -143,7 +144,7 @@ _LAYER_FIELDS = {
 
 def load_model(name_or_path: str | Path) -> RankingModel:
     """Load a model preset by name (`dlrm-dcnv2-mlperf`) or from a TOML/JSON file."""
-    path = _resolve("models", name_or_path)
+    path = locate("models", name_or_path)
     return parse_model(read_file(path), str(path))
 
 
@@ -153,7 +154,7 @@ def model_names() -> list[str]:
 
 def parse_model(data: dict, src: str) -> RankingModel:
     top = Section(data, src)
-    num = _reader(top, MODEL, "")
+    num = reader(top, MODEL, "")
     name = top.text("name")
     top.text("description", default="")
     batch = num("global_batch")
@@ -201,7 +202,7 @@ def _synthetic(s: Section, src: str) -> dict:
 
 
 def _parse_tables(s: Section, src: str) -> EmbeddingTables:
-    num = _reader(s, MODEL, "embeddings")
+    num = reader(s, MODEL, "embeddings")
     opt = s.text("optimizer", EMB_OPTIMIZERS)
     idx = num("index_bytes")
     if s.has("synthetic"):

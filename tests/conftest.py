@@ -12,7 +12,7 @@ from hypothesis import settings
 import perfmodel as pm
 from perfmodel import cache
 from perfmodel.analysis.leaves import log_gradient as _sensitivity_grad
-from perfmodel.evaluate import _evaluate
+from perfmodel.evaluate import evaluate_arrays
 
 # One compile cache for the run: both xdist workers, the notebooks' kernels and the CLI's subprocesses
 # compile many of the same programs (MLPerf on the 64-chip presets, the validation's collectives), and
@@ -61,7 +61,7 @@ def small():
 def step_of(model_name: str, temperature: float = 0.0):
     """step_s(system, plan_arrays) for one model, not compiled: for a test's own jit of its vmap or grad."""
     model = pm.load_model(model_name)
-    return lambda system, pa: _evaluate(system, model, pa, temperature).step_s
+    return lambda system, pa: evaluate_arrays(system, model, pa, temperature).step_s
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,7 +76,7 @@ def step_fn(model_name: str, temperature: float = 0.0):
 @functools.lru_cache(maxsize=None)
 def breakdown_fn(model_name: str, temperature: float = 0.0):
     model = pm.load_model(model_name)
-    return cache.jit(lambda system, pa: _evaluate(system, model, pa, temperature), quick=True)
+    return cache.jit(lambda system, pa: evaluate_arrays(system, model, pa, temperature), quick=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,10 +4,10 @@ import pathlib
 import jax
 
 import perfmodel as pm
-from perfmodel.hardware import _pytree, static
+from perfmodel.pytree import pytree, static
 
 
-@_pytree
+@pytree
 @dataclasses.dataclass(frozen=True)
 class Box:
     """A pytree with an array, a Python float and a static field (an exported program's in and out)."""

@@ -64,7 +64,7 @@ def test_gemm_roofline_by_hand(mtia64, mlperf):
 def test_efficiency_curves_are_half_at_the_half_point(mtia64):
     chip = mtia64.chip
     assert float(matmul_efficiency(chip, 2.0e9)) == pytest.approx(0.40, rel=1e-6)
-    assert float(gather_efficiency(chip, 128.0)) == pytest.approx(0.40, rel=1e-6)
+    assert float(gather_efficiency(chip, 128.0)) == pytest.approx(0.24, rel=1e-6)
 
 
 def test_table_lookup_and_update_bytes(mtia64, mlperf):
@@ -74,7 +74,7 @@ def test_table_lookup_and_update_bytes(mtia64, mlperf):
     fwd, bwd = table_seconds(chip, mlperf, mlperf.tables.dim, jnp.ones(26))
     B, pool, rows = 65536, 100, 40e6
     row = 128 * 4
-    gamma = 0.80 * row / (row + 128)
+    gamma = 0.48 * row / (row + 128)
     hbm = 6.1e12 * 0.913
     state = row + 4                                  # weights + one fp32 Adagrad value per row
     # the tables share the 192 MB LLC in proportion to their lookup traffic (pooling x dim)
@@ -83,12 +83,12 @@ def test_table_lookup_and_update_bytes(mtia64, mlperf):
     cached = h * hbm / 11.4e12 + (1 - h)
     assert float(fwd[t]) == pytest.approx(B * pool * row / (hbm * gamma) * cached, rel=1e-5)
     unique = rows * (1 - np.exp(-B * pool / rows))   # distinct rows touched, uniform access
-    gamma_s = 0.80 * state / (state + 128)
+    gamma_s = 0.48 * state / (state + 128)
     # the index sort: n = B pool (int64 index, int32 position) records of 12 B, log_72 n passes
     # (72 PEs: a 72-way distribution per pass), each reading and writing every record; 12 n B =
     # 79 MB fit the 192 MB LLC, so at 11.4 TB/s instead of HBM's 5.57
     n, rec = B * pool, 8 + 4
-    gamma_r = 0.80 * rec / (rec + 128)
+    gamma_r = 0.48 * rec / (rec + 128)
     sort = 2 * n * (np.log2(n) / np.log2(72)) * rec / (11.4e12 * gamma_r)
     # the deduplication: one pass reading the n sorted records and writing each distinct id (8 B)
     # with an int32 count, in the LLC as the sort
@@ -104,7 +104,7 @@ def test_host_offloaded_lookups_go_over_the_host_link(mtia64, mlperf):
     cache = jnp.full(26, 0.25)
     fwd, _ = table_seconds(chip, mlperf, mlperf.tables.dim, cache)
     B, pool, row = 65536, 100, 512
-    gamma = 0.80 * row / (row + 128)
+    gamma = 0.48 * row / (row + 128)
     hit = 0.25 ** 1.0                                # uniform access: hit rate = cache ratio
     h = 192e6 * llc_share(mlperf.tables, 20) / (0.25 * 40e6 * (row + 4))   # the LLC's part of the quarter in HBM
     cached = h * 6.1e12 * 0.913 / 11.4e12 + (1 - h)
@@ -147,7 +147,7 @@ def test_index_sort_grows_as_n_log_n_and_with_fewer_units(mtia64, small):
     # one core merges two ways: log2 n passes instead of log_72 n
     np.testing.assert_allclose(sort_s(small, 1.0) / sort_s(small), np.log2(72), rtol=1e-5)
     # by hand for table 0: 2 n log2(n) / log2(72) x 12 B at gamma(12 B) of the LLC's bandwidth
-    gamma_r = 0.80 * 12 / (12 + 128)
+    gamma_r = 0.48 * 12 / (12 + 128)
     assert sort_s(small)[0] == pytest.approx(2 * n[0] * np.log2(n[0]) / np.log2(72) * 12 / (11.4e12 * gamma_r), rel=1e-5)
 
 
@@ -156,7 +156,7 @@ def test_a_table_that_fits_the_llc_is_read_at_llc_bandwidth(mtia64, small):
     one = jnp.ones(small.tables.count)
     fwd, _ = table_seconds(chip, small, small.tables.dim, one)
     B, row = 4096.0, 64 * 4
-    gamma = 0.80 * row / (row + 128)
+    gamma = 0.48 * row / (row + 128)
     # table 0: 1,000 rows x 260 B (weights + Adagrad state) fit the 192 MB LLC; the cache starts the
     # step cold, so the first touch of each of the ~1,000 distinct rows comes from HBM, every
     # re-reference at 11.4 TB/s

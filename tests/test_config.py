@@ -368,3 +368,43 @@ def test_section_scales_to_si_and_broadcasts():
     s2.num(Num("a"))
     with pytest.raises(ConfigError, match=r"field 'net\.b': is not a known field here \(known: a\)"):
         s2.finish()
+
+
+def test_a_new_row_is_a_field_the_loader_reads():
+    """The schema's rows build the hardware: a row is a field of the dataclass its leaf names, and the
+    loader reads it as the row says (bounds, a When default, another row's value, an at_most bound)."""
+    from dataclasses import dataclass, fields
+    from perfmodel.hardware.loading import Rows
+    from perfmodel.hardware.types import from_rows
+    from perfmodel.pytree import pytree
+    from perfmodel.schema import Field, Option, When
+    rows = {"box.on": Option("box", "on", "flag", "true or false", None, "", "thing.on"),
+            "box.size_GB": Field("box", "size_GB", "GB", 1e9, "thing.size_bytes", 1.0, 100.0, False, When("box.on", 2.0)),
+            "box.used_GB": Field("box", "used_GB", "GB", 1e9, "thing.used_bytes", 0.0, 100.0, False, "box.size_GB",
+                                 at_most="box.size_GB")}
+
+    @pytree
+    @dataclass(frozen=True)
+    @from_rows("thing", rows)
+    class Thing:
+        pass
+
+    assert [f.name for f in fields(Thing)] == ["on", "size_bytes", "used_bytes"]
+
+    def read(box):
+        r = Rows(Section({"box": box}, "t.toml"), rows).read_all()
+        r.finish()
+        return r.build(Thing, "thing")
+
+    t = read({"on": False})                  # When's otherwise, and a default that is another row's value
+    assert t.on is False and float(t.size_bytes) == 2e9 and float(t.used_bytes) == 2e9
+    t = read({"on": True, "size_GB": 10})
+    assert float(t.size_bytes) == 10e9 and float(t.used_bytes) == 10e9
+    for box, field, pieces in [({"on": True}, "box.size_GB", ["is missing", ">= 1 and <= 100 (GB)"]),
+                               ({"on": True, "size_GB": 10, "used_GB": 12}, "box.used_GB", ["<= 10 (GB)", "got 12"]),
+                               ({"on": False, "size_GB": 0.5}, "box.size_GB", [">= 1", "got 0.5"]),
+                               ({"on": "yes"}, "box.on", ["true or false", "got 'yes'"]),
+                               ({"on": False, "extra": 1}, "box.extra", ["is not a known field here"])]:
+        with pytest.raises(ConfigError) as info:
+            read(box)
+        check(info.value, "t.toml", field, *pieces)

@@ -224,7 +224,7 @@ def test_every_key_a_loader_reads_from_a_preset_is_in_the_schema(monkeypatch):
     monkeypatch.setattr(config.Section, "_get", spy)
     for name in pm.model_names():
         pm.load_model(name)
-    for family, sizes, _ in pm.hardware.system_families():
+    for family, sizes, _ in pm.presets.system_families():
         pm.load_system(f"{family}-{sizes[0]}")
     for chip in config.preset_names("chips"):
         pm.load_chip(chip)

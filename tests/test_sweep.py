@@ -15,7 +15,7 @@ from perfmodel import cache
 from perfmodel.analysis import KNOBS, parse_values, parse_vary, set_knobs, sweep
 from perfmodel.analysis import table as tbl
 from perfmodel.analysis.sweep import COLUMNS
-from perfmodel.evaluate import _evaluate
+from perfmodel.evaluate import evaluate_arrays
 from perfmodel.hardware import link_bandwidths
 from perfmodel.report import summary
 
@@ -42,7 +42,7 @@ def h100_8():
 
 @functools.lru_cache(maxsize=None)
 def _jitted():
-    return cache.jit(lambda s, m, p: _evaluate(s, m, p, 0.0), quick=True)     # as pm.evaluate compiles it
+    return cache.jit(lambda s, m, p: evaluate_arrays(s, m, p, 0.0), quick=True)     # as pm.evaluate compiles it
 
 
 def _by_hand(system, out_GBps=None, engines=None):
@@ -198,7 +198,7 @@ def test_knob_getters_round_trip(mtia64, h100_8, small):
     """For every knob that applies: set it to 1.5x its value (or another choice) and read it back."""
     for system in (mtia64, h100_8):
         pa = pm.to_arrays(round_robin(system, small), system, small)
-        base = pm.analysis.knobs.State(system, small, pa)
+        base = pm.knobs.State(system, small, pa)
         for name, k in KNOBS.items():
             if k.applies and k.applies(base):
                 continue

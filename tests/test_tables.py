@@ -16,6 +16,7 @@ from perfmodel.cli import main
 from perfmodel.interop.tables import import_tables
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+TORCHREC_DOC = Path(__file__).resolve().parents[1] / "docs" / "torchrec.md"
 
 
 class DataType(Enum):          # TorchRec's enums are read by value
@@ -200,11 +201,11 @@ def test_bad_csv_names_the_file_row_and_field(tmp_path, csv, message):
 
 
 def test_readme_torchrec_path_runs_with_a_stand_in(monkeypatch):
-    """The README's TorchRec snippet, run as written, with this file's stand-in as torchrec's
+    """docs/torchrec.md's TorchRec snippet, run as written, with this file's stand-in as torchrec's
     EmbeddingBagConfig and a cheap search (the snippet's search is the real one; its last line,
     to_torchrec_plan, needs torchrec: tests_torchrec runs the whole of it)."""
     import sys, types
-    text = README.read_text()
+    text = TORCHREC_DOC.read_text()
     snippet = text.split("<!-- torchrec-path -->")[1].split("```python")[1].split("```")[0]
     assert len(snippet.strip().splitlines()) < 15
     fake = types.ModuleType("torchrec")
@@ -214,7 +215,7 @@ def test_readme_torchrec_path_runs_with_a_stand_in(monkeypatch):
     monkeypatch.setattr(pm, "search", lambda s, m, **kw: real_search(s, m, method="greedy"))
     body = snippet.replace("sharding_plan = pm.to_torchrec_plan(", "sharding_plan = pm.torchrec_plan(")
     scope = {}
-    exec(compile(body, str(README), "exec"), scope)
+    exec(compile(body, str(TORCHREC_DOC), "exec"), scope)
     tables = scope["sharding_plan"]["plan"]["sparse_arch.embedding_bag_collection"]
     assert set(tables) == {c.name for c in scope["tables"]}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.analysis import knobs as K
+from perfmodel import knobs as K
 from perfmodel.analysis.scaling import scaling
 from perfmodel.analysis.sweep import COLUMNS, UNCERTAIN_COLUMNS
 from perfmodel.cli import main

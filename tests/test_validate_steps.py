@@ -235,3 +235,18 @@ def test_stored_run_plan_folds_reproduce(dataset, results):
         system, model = st.problem(row)
         plan = st.row_plan({"plan": out["run_plan"]}, system, model)
         assert st._step_ms(st.scaled(system, theta), model, plan) == pytest.approx(out["run_plan_loso_ms"], rel=1e-4)
+
+
+def test_stored_generation_folds_reproduce(dataset, results):
+    """Leave one generation out at the runs' plans: every chip generation has a fold fitted on the
+    others' rows, and each row's stored step at its generation's fold's parameters reproduces."""
+    gens = {st.generation(r) for r in dataset.rows}
+    assert len(gens) >= 2 and set(results["run_plan_generation_folds"]) == gens
+    for row, out in zip(dataset.rows, results["rows"]):
+        assert out["generation"] == st.generation(row)
+        theta = jnp.asarray([results["run_plan_generation_folds"][out["generation"]][p] for p in st.PARAMETERS], jnp.float32)
+        system, model = st.problem(row)
+        plan = st.row_plan({"plan": out["run_plan"]}, system, model)
+        assert st._step_ms(st.scaled(system, theta), model, plan) == pytest.approx(out["run_plan_logo_ms"], rel=1e-4)
+    logo = [r["run_plan_logo_ms"] for r in results["rows"]]
+    assert results["run_plan_logo_bias"] == pytest.approx(st.bias(logo, [r["measured_ms"] for r in results["rows"]]))

@@ -44,7 +44,7 @@ from ..config import ConfigError
 from ..evaluate import as_model, as_system, evaluate
 from ..hardware import System
 from ..workload import RankingModel
-from . import knobs as K
+from .. import knobs as K
 from ..uncertainty import DEFAULT_DRAWS
 from ..uncertainty.propagate import NO_MODEL_ERROR, ModelError, propagate
 from .planning import planner, plans

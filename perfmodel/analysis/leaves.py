@@ -13,7 +13,7 @@ from ..cache import jit
 from ..evaluate import evaluate
 from ..hardware import System
 from ..schema import SYSTEM_LEAVES
-from . import knobs as K
+from .. import knobs as K
 
 # the one System leaf no numeric config field sets (nic.attach, a word, sets it): its name, unit, scale
 DERIVED = {"nic.pcie": ("NIC behind PCIe (0 integrated, 1 PCIe)", "", 1.0)}
@@ -30,7 +30,7 @@ def _knobs_by_leaf() -> dict[str, str]:
 
 def leaf_info(system: System) -> list[tuple[str, str, str, float, str]]:
     """(path, name, unit, SI per unit, knob) for every System leaf, in tree_leaves order: the name, unit
-    and scale of the config field that sets the leaf (schema), the knob that lists it (analysis.knobs)."""
+    and scale of the config field that sets the leaf (schema), the knob that lists it (perfmodel.knobs)."""
     paths, _ = jax.tree_util.tree_flatten_with_path(system)
     knob_of = _knobs_by_leaf()
     out = []

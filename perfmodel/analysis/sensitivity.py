@@ -41,7 +41,7 @@ METRICS = ("step_s", "usd_per_million_samples", "joules_per_sample")
 
 def _eligible(table, system, model, plan_arrays, h: float, k: int) -> list[tuple[int, str, float]]:
     """(row, knob, knob value) of the first k ranked rows whose knob moves their leaf by (1 +- h)."""
-    from . import knobs as K
+    from .. import knobs as K
     c = columns(table)
     leaf_of = {p: i for i, (p, *_) in enumerate(leaf_info(system))}
     out = []

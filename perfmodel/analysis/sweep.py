@@ -51,7 +51,7 @@ from ..hardware import System
 from ..plan import stack, stand_in, to_arrays, validate_plan
 from ..report import summarize
 from ..workload import RankingModel
-from . import knobs as K
+from .. import knobs as K
 from .leaves import elasticities
 from .planning import progress_text
 from .table import make_table
@@ -228,11 +228,11 @@ def _bar(points: int, chunks: int, size: int):
 def _drawn_program(system, model, plan, values, draws, names, batched_plan, spec, figures):
     """summarize's `figures` at (point, draw) pairs: the draw's inputs set on the leaves
     (propagate._set), then the point's knobs, so a swept knob overrides the draw of the leaf it sets."""
-    from ..uncertainty.propagate import _set
+    from ..uncertainty.propagate import set_leaves
     flat, tree = jax.tree_util.tree_flatten((system, model))
 
     def one(v, d, p):
-        s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, d))
+        s, m = jax.tree_util.tree_unflatten(tree, set_leaves(flat, spec, d))
         st = K.apply(names, K.State(s, m, p), [v[i] for i in range(len(names))])
         figs = summarize(evaluate(st.system, st.model, st.plan), st.system)
         return {k: figs[k] for k in figures}          # only what the intervals read: XLA drops the rest

@@ -29,9 +29,13 @@ pinned to one core). They are found by Adam (optax) on a Huber loss of the log e
 training half of every kind (KIND_WEIGHTS). The other half is held out; the report gives its
 median and 90th-percentile relative error per kind. `python -m perfmodel.calibrate refit --csv F`
 refits the current model to recorded measurements without timing anything.
+
+Measured steps of your own cluster (`perfmodel calibrate --steps CSV --out DIR`) are a second way in:
+calibrate.steps fits the step validation's shared parameters on them and writes calibrated chip and
+system presets (docs/calibration.md).
 """
 
-from .timing import KINDS, KIND_WEIGHTS, DTYPE_NAMES, GRIDS, Measurement, MIN_REPS, time_call, _clock, CPU_FLAGS, device_name, _cores, _load, bench_memory, bench_matmuls, _emb_spec, bench_embeddings, _step_dict, bench_steps, measure_in_subprocess, measure, _measure_once  # noqa: F401
-from .fit import _matmul_model, predictor, FITTED, _logit, fit, split, _group, errors  # noqa: F401
-from .io import _fmt, _base_comments, chip_toml  # noqa: F401
-from .run import calibrate, _families, write_measurements, read_measurements, refit, local_llc_bytes, _local_system, format_report, _measure_main  # noqa: F401
+from .timing import KINDS, KIND_WEIGHTS, DTYPE_NAMES, GRIDS, Measurement, MIN_REPS, time_call, CPU_FLAGS, device_name, bench_memory, bench_matmuls, bench_embeddings, step_dict, bench_steps, measure_in_subprocess, measure  # noqa: F401
+from .fit import predictor, FITTED, fit, split, errors  # noqa: F401
+from .io import chip_toml  # noqa: F401
+from .run import calibrate, write_measurements, read_measurements, refit, local_llc_bytes, format_report, measure_main  # noqa: F401

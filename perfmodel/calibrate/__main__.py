@@ -1,7 +1,13 @@
-"""python -m perfmodel.calibrate measure | refit: the measuring subprocess, and refitting recorded measurements."""
+"""python -m perfmodel.calibrate measure | refit | held-out: the measuring subprocess, refitting
+recorded measurements, and calibrating on one row of a steps CSV with the others held out
+(docs/calibration.md)."""
 
 import sys
 
-from . import _measure_main
+if len(sys.argv) > 1 and sys.argv[1] == "held-out":
+    from .steps import held_out_main
+    sys.exit(held_out_main(sys.argv[2:]))
 
-sys.exit(_measure_main())
+from . import measure_main
+
+sys.exit(measure_main())

@@ -14,17 +14,17 @@ import optax
 from ..cache import jit
 from ..cost.compute import gemm_times, memory_time
 from ..cost.embedding import embedding_costs
-from ..evaluate import _evaluate
+from ..evaluate import evaluate_arrays
 from ..hardware import System
 from ..plan import Plan, TablePlan, to_arrays
 from ..workload import Dense, parse_model
-from .timing import KIND_WEIGHTS, KINDS, Measurement, _step_dict
+from .timing import KIND_WEIGHTS, KINDS, Measurement, step_dict
 
 # ------------------------------------------------------------------------- model predictions
 
 def _matmul_model(shapes, dtype: str):
     """A RankingModel whose dense part is the benchmark GEMMs (local batch 1, m = M rows)."""
-    data = _step_dict(1, 8, 1, 1, (8,), (8,), "dot", 10, dtype)
+    data = step_dict(1, 8, 1, 1, (8,), (8,), "dot", 10, dtype)
     model = parse_model(data, "calibration")
     s = np.asarray(shapes, np.float32)
     f = lambda x: jnp.asarray(x, jnp.float32)
@@ -43,7 +43,7 @@ def predictor(ms: list[Measurement], system: System, dtype: str):
     st = [m for m in ms if m.kind == "step"]
     mm_model = _matmul_model([(m.params["M"], m.params["K"], m.params["N"]) for m in mm], dtype) if mm else None
     # embedding: one single-table model per benchmark, stacked for vmap
-    emb_models = [parse_model(_step_dict(1, m.params["dim"], m.params["pooling"], m.params["batch"], (m.params["dim"],),
+    emb_models = [parse_model(step_dict(1, m.params["dim"], m.params["pooling"], m.params["batch"], (m.params["dim"],),
                                          (m.params["dim"],), "dot", m.params["rows"], "fp32"), "calibration") for m in em]
     if emb_models:
         names = emb_models[0].tables.names
@@ -80,7 +80,7 @@ def predictor(ms: list[Measurement], system: System, dtype: str):
             f, b = jax.vmap(one)(emb_stack)
             out.append(f + upd * b)
         if step_groups:
-            steps = jnp.concatenate([jax.vmap(lambda mod: _evaluate(sys_, mod, pa, 0.0).step_s)(stack)
+            steps = jnp.concatenate([jax.vmap(lambda mod: evaluate_arrays(sys_, mod, pa, 0.0).step_s)(stack)
                                      for _, stack, pa in step_groups])
             out.append(steps[back])
         return jnp.concatenate(out)

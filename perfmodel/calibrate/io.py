@@ -54,6 +54,8 @@ def chip_toml(name: str, chip, base: str, device: str, date: str, command: str, 
              f"# [ref] on them is one of the sources listed at the top of data/chips/{base}.toml).",
              "", f"name = {_fmt(name)}",
              f"description = {_fmt(f'Calibrated on {device} {date} (base: {base})')}"]
+    if raw.get("architecture"):         # the same chip: the model error of its family applies
+        lines.append(f"architecture = {_fmt(raw['architecture'])}  # source: the {base} preset")
     for sec, body in raw.items():
         if not isinstance(body, dict):
             continue

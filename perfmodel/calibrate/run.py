@@ -1,5 +1,5 @@
 """The calibration as a whole (calibrate), refitting recorded measurements (refit), the
-measurements' CSV, the report, and the measuring subprocess's entry point (_measure_main)."""
+measurements' CSV, the report, and the measuring subprocess's entry point (measure_main)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .timing import (
     DTYPE_NAMES,
     GRIDS,
     Measurement,
-    _step_dict,
+    step_dict,
     device_name,
     measure,
     measure_in_subprocess,
@@ -145,7 +145,7 @@ def read_measurements(path, dtype: str = "fp32") -> list[Measurement]:
     by_name = {}
     for g in GRIDS.values():
         for c in g["step"]:
-            by_name.setdefault(_step_dict(*c, dtype)["name"], c)
+            by_name.setdefault(step_dict(*c, dtype)["name"], c)
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -158,7 +158,7 @@ def read_measurements(path, dtype: str = "fp32") -> list[Measurement]:
                     c = by_name[r["name"]]
                 else:
                     raise ConfigError(str(path), f"step {r['name']}", "has no configuration in its params")
-                p = {"config": _step_dict(*c, dtype), **p}
+                p = {"config": step_dict(*c, dtype), **p}
             load = r.get("load_1min") or "nan"
             out.append(Measurement(r["kind"], r["name"], p, float(r["measured_s"]), int(r["reps"]),
                                    r["split"] == "train", load_1min=float(load)))
@@ -233,7 +233,7 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _measure_main(argv=None) -> int:
+def measure_main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate measure")
     ap.add_argument("what", choices=("measure", "refit"))
@@ -259,10 +259,11 @@ def _measure_main(argv=None) -> int:
         return 0
     if not a.out:
         ap.error("measure needs --out")
+    check_output(a.out, (".json",), "measurements JSON")    # a new file, found before minutes of timing
     from ..cache import enable_compile_cache
     enable_compile_cache()                 # a second calibration skips the compiles
     ms = measure(GRIDS[a.grid], a.dtype, log=lambda m: print(m, flush=True))
-    Path(a.out).write_text(json.dumps({"device": device_name(), "measurements": [dataclasses.asdict(m) for m in ms]}))
+    write_new(a.out, json.dumps({"device": device_name(), "measurements": [dataclasses.asdict(m) for m in ms]}))
     return 0
 
 

@@ -189,7 +189,7 @@ def bench_matmuls(shapes, dtype: str, min_s: float) -> list[Measurement]:
 
 
 def _emb_spec(rows: int, dim: int, pooling: int, batch: int) -> ref.Spec:
-    return ref.spec_from_dict(_step_dict(1, dim, pooling, batch, (dim,), (dim,), "dot", rows, "fp32"))
+    return ref.spec_from_dict(step_dict(1, dim, pooling, batch, (dim,), (dim,), "dot", rows, "fp32"))
 
 
 def bench_embeddings(configs, min_s: float) -> list[Measurement]:
@@ -218,7 +218,7 @@ def bench_embeddings(configs, min_s: float) -> list[Measurement]:
     return out
 
 
-def _step_dict(T, d, pooling, batch, bottom, top, inter, rows, dtype) -> dict:
+def step_dict(T, d, pooling, batch, bottom, top, inter, rows, dtype) -> dict:
     layers = [dict(kind="mlp", name="bottom_mlp", stage="bottom", input=13, widths=[*bottom, d])]
     F = T + 1
     if inter == "dot":
@@ -240,14 +240,14 @@ def bench_steps(configs, dtype: str, min_s: float) -> list[Measurement]:
     out = []
     for i, c in enumerate(configs):
         T, d, P, B, bottom, top, inter, rows = c
-        data = _step_dict(T, d, P, B, bottom, top, inter, rows, dtype)
+        data = step_dict(T, d, P, B, bottom, top, inter, rows, dtype)
         spec = ref.spec_from_dict(data)
         state = ref.init_state(spec, jax.random.PRNGKey(i))
         batch = ref.make_batch(spec, jax.random.PRNGKey(50 + i))
         step = ref.make_timed_step(spec)
         s, reps = time_call(step, state, batch, min_s=min_s, state_arg=0)
         grid = {"tables": T, "dim": d, "pooling": P, "batch": B, "bottom": list(bottom), "top": list(top),
-                "interaction": inter, "rows": rows}    # what _step_dict rebuilds the config from
+                "interaction": inter, "rows": rows}    # what step_dict rebuilds the config from
         out.append(Measurement("step", data["name"], {"config": data, **grid}, s, reps, load_1min=_load()))
     return out
 
@@ -270,7 +270,7 @@ def measure_in_subprocess(grid: str, dtype: str, log=print) -> list[Measurement]
         # pinned before the interpreter imports JAX: every thread the runtime starts inherits it
         core = max(os.sched_getaffinity(0)) if plat == "cpu" and hasattr(os, "sched_setaffinity") else -1
         entry = ("import os, sys; core = int(sys.argv[1]); core < 0 or os.sched_setaffinity(0, {core}); "
-                 "from perfmodel.calibrate import _measure_main; sys.exit(_measure_main(sys.argv[2:]))")
+                 "from perfmodel.calibrate import measure_main; sys.exit(measure_main(sys.argv[2:]))")
         proc = subprocess.Popen([sys.executable, "-c", entry, str(core), "measure", "--grid", grid,
                                  "--dtype", dtype, "--out", str(path)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)

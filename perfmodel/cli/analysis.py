@@ -144,7 +144,8 @@ def _failures(table, knob_names) -> list[str]:
 
 
 def _cmd_sweep(args) -> int:
-    from ..analysis import knobs, sweep
+    from .. import knobs
+    from ..analysis import sweep
     from ..analysis.table import format_table, num_rows, records
 
     if args.list_knobs:

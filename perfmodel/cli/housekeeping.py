@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 def _cmd_list(args) -> int:
     from ..config import preset_names, preset_path
-    from ..hardware import system_families
+    from ..presets import system_families
 
     chips = [(n, read_file(preset_path("chips", n)).get("description", "")) for n in preset_names("chips")]
     models = [(n, read_file(preset_path("models", n)).get("description", "")) for n in preset_names("models")]

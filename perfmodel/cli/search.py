@@ -44,6 +44,13 @@ def register(sub) -> None:
                         "evolutionary get the wall time it took")
     p.add_argument("--compare", default="", type=maybe_empty, help="comma-separated baselines to run with the same budget, "
                    "e.g. greedy,random,evolutionary")
+    p.add_argument("--hold", default=None, metavar="KEY=VALUE,...", help="plan settings your framework fixes, held "
+                   "from the search's first round: dense, a2a_precision, grad_precision, offload, pipeline (on/off), "
+                   "grad_buckets, overlap_chunks, all_to_all, all_reduce, reduce_scatter, all_gather (e.g. "
+                   "--hold dense=replicated,overlap_chunks=1,pipeline=off); a constraints file's hold joins them")
+    p.add_argument("--start", default=None, metavar="PLAN.json", help="a plan of your own that the search starts from "
+                   "beside the planners' (greedy, HugeCTR's auto and hier_auto, round_robin); the plan found is no "
+                   "worse than any of them")
     p.add_argument("--precisions", default="fp32", help="precisions the all-to-all and gradient sync may use, "
                    "e.g. fp32,bf16 (lower precision changes the numerics; default fp32)")
     p.add_argument("--co-design", default=None, help="search a hardware knob with the plan: nic_split (share of "
@@ -89,19 +96,22 @@ def _cmd_search(args) -> int:
     from .. import load_model
     from ..report import format_per_rank, per_rank, summary
     from ..search.api import search
-    from ..search.methods import METHODS, SAMPLERS, is_method
+    from ..plan import load_plan, parse_hold
+    from ..search.methods import METHODS, is_method, spec
 
     if args.torchrec_module is not None and args.format != "torchrec":
         raise ConfigError("", "--torchrec-module", "is for --format torchrec")
     q = _objective_of(args)           # bad flags before any file is read
     system = load_system_arg(args)
     model = load_model(args.model)
+    start = load_plan(args.start, system, model) if args.start else None
     constraints = for_command(args.model, args.constraints)
     methods = [args.method] + [m for m in args.compare.split(",") if m and m != args.method]
     for m in methods:
         if not is_method(m):
             raise ConfigError("", "method", f"is {m!r}; allowed: {', '.join(METHODS)} (or hugectr:PLAN:RATIO:THRESHOLD_GB)")
-    if args.until_converged and args.method in SAMPLERS:
+    hold = parse_hold(args.hold, "", "--hold")
+    if args.until_converged and spec(args.method).samples:
         raise ConfigError("", "--until-converged", f"{args.method} samples until its budget is spent and never "
                           "converges: give --budget-s or --iterations (--until-converged is for gradient, greedy and exact)")
     if args.until_converged and args.iterations is not None:
@@ -120,7 +130,7 @@ def _cmd_search(args) -> int:
     guard = None
     if args.guard:
         from ..search.guard import load_shard_costs
-        if args.method != "gradient" or args.co_design:
+        if not spec(args.method).guarded or args.co_design:
             raise ConfigError("", "--guard", f"is for --method gradient without --co-design (got --method {args.method}"
                               f"{' --co-design ' + args.co_design if args.co_design else ''})")
         guard = load_shard_costs(args.guard, system, model)
@@ -128,14 +138,15 @@ def _cmd_search(args) -> int:
     for m in methods:
         budget = args.budget_s
         if args.until_converged:      # the baselines that sample until their budget is spent: the first one's time
-            budget = results[0].wall_s if results and m in SAMPLERS else None
+            budget = results[0].wall_s if results and spec(m).samples else None
         budgets.append(budget)
         results.append(search(system, model, m, seed=args.seed, budget_s=budget,
                               iterations=search_iterations, **objective, precisions=precisions,
                               co_design=args.co_design if m == args.method else None,
                               guard=guard if m == args.method else None, constraints=constraints,
                               progress=not args.no_progress and not args.json, replicas=replicas,
-                              group_layout=args.group_layout, sync_every=sync_every_arg(args)))
+                              group_layout=args.group_layout, sync_every=sync_every_arg(args), hold=hold,
+                              start=start if spec(m).scores or spec(m).exact else None))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
     if args.out is not None and args.format == "torchrec":
@@ -165,6 +176,8 @@ def _cmd_search(args) -> int:
           f"seed {args.seed}, {budget}")
     if constraints:
         print(f"constraints on {len(constraints.tables)} tables ({constraints.source}): every plan keeps them")
+    if hold:
+        print(f"held settings: {hold} (every plan scored keeps them)")
     # "found at": when the method first held its final plan (the last entry of its anytime profile): a
     # result found early in the budget would not gain from a larger one
     print(f"{'method':<14}{'step time':>12}{'samples/s':>14}{'HBM headroom':>14}{'gap to best':>13}{'wall':>9}{'found at':>10}")
@@ -173,8 +186,12 @@ def _cmd_search(args) -> int:
         found = f"{progress[-1][0]:>8.1f} s" if progress else f"{'-':>10}"
         print(f"{r.method:<14}{r.step_s * 1e3:>9.3f} ms{r.samples_per_s / 1e6:>11.3f} M {100 * r.memory_headroom:>12.1f} %"
               f"{100 * (r.step_s / best.step_s - 1):>12.2f} %{r.wall_s:>7.1f} s{found}" + ("" if r.feasible else "  INFEASIBLE"))
-    if chosen.method == "gradient" and "phases" in chosen.notes:
+    if "kicks" in chosen.notes and "phases" in chosen.notes:       # the gradient method's phases
         print(search_status(chosen))
+    for r in results:
+        line = starts_line(r)
+        if line:
+            print(line)
     if "replicas" in chosen.notes:
         print(replicas_table(chosen.notes["replicas"], system.num_chips))
     if "guard" in chosen.notes:
@@ -266,6 +283,23 @@ def replicas_table(rows: list[dict], chips: int) -> str:
         lines.append(f"  {r['replicas']:>8} {chips // r['replicas']:>7} {r['step_s'] * 1e3:>10.3f} "
                      f"{r['sync_every']:>11}  {how}{'' if r['feasible'] else ', INFEASIBLE'}{mark}")
     return "\n".join(lines)
+
+
+def starts_line(r) -> str | None:
+    """What the search started from and what beat what: each start's step, the best start, and the
+    search's gain over it with the parts of the step that moved (or that the best start was kept)."""
+    from ..search.result import format_gain
+    info = r.notes.get("starts")
+    if not info:
+        return None
+    scores = ", ".join(f"{name} {v * 1e3:.3f} ms" if v is not None and v < 1e5 else f"{name} infeasible"
+                       for name, v in info["scores_s"].items())
+    line = f"{r.method} started from: {scores}"
+    if info["kept"] != "search":
+        return line + f"\n  the search found nothing faster than {info['kept']}, which it returns"
+    if "gain" in info:
+        return line + "\n  " + format_gain(info["best"], info["gain"])
+    return line
 
 
 def search_status(r) -> str:

@@ -130,24 +130,35 @@ def _cmd_compare(args) -> int:
 def _cmd_uncertainty(args) -> int:
     from ..uncertainty import modelerror as ME
     if args.fit_model_error:
+        from ..files import check_output
         from ..uncertainty.decompose import check_base
+        if args.out is None:
+            raise ConfigError("", "--out", "is required with --fit-model-error: the new model-error file to write "
+                              "(the package's own model_error.json is never overwritten; data/measurements/README.md "
+                              "says how a developer replaces it)")
+        check_output(args.out, (".json",), "model-error file")
         n = check_base(args.draws, "--draws")
         log = (lambda m: None) if args.json or args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-        rows = ME.validation_rows()
+        rows = ME.validation_rows(args.results)
         log(f"model error: the inputs' spread at the {len(rows)} validation runs' own plans, {n} draws each")
         spreads = ME.row_spreads(rows, n, args.uncertainty_seed, log=log)
         me = ME.fit(spreads)
         inside = ME.coverage(spreads, me, args.uncertainty_seed)
         loso = ME.loso_coverage(spreads, args.uncertainty_seed)
-        path = ME.write(me, spreads)
+        logo = ME.logo_coverage(spreads, args.uncertainty_seed)
+        path = ME.write(me, spreads, args.out)
         if args.json:
-            print(json.dumps({**me.as_dict(), "file": str(path), "inside_80": sum(inside),
-                              "inside_80_leave_one_system_out": sum(loso)}, indent=1))
+            print(json.dumps({**me.as_dict(), "file": str(path), "rows_judged": len(inside), "inside_80": sum(inside),
+                              "inside_80_leave_one_system_out": sum(loso), "rows_leave_one_system_out": len(loso),
+                              "inside_80_leave_one_generation_out": sum(logo), "rows_leave_one_generation_out": len(logo)},
+                             indent=1))
         else:
-            print(f"wrote {path}: bias {100 * math.expm1(me.mean):+.1f} %, residual spread {100 * me.residual_sigma:.1f} % "
-                  f"(log), the inputs' {100 * me.input_sigma:.1f} %, the model's own {100 * me.sigma:.1f} %; the measured "
-                  f"step inside the 80 % interval in {sum(inside)} of {len(inside)} runs ({sum(loso)} with the error "
-                  "fitted on the other systems' runs)")
+            fams = ", ".join(f"{f} {100 * math.expm1(m):+.1f} % ({k} runs)" for f, m, k in me.families)
+            print(f"wrote {path}: bias by family {fams}; spread within a family {100 * me.residual_sigma:.1f} % (log), "
+                  f"the inputs' {100 * me.input_sigma:.1f} %, the model's own {100 * me.sigma:.1f} %; on a family outside "
+                  f"these {100 * me.transfer_sigma:.1f} % about no bias. The measured step inside the 80 % interval: "
+                  f"{sum(inside)} of {len(inside)} runs; {sum(loso)} of {len(loso)} with the error and the parameters "
+                  f"fitted on the other systems' runs; {sum(logo)} of {len(logo)} on the other generations' runs")
         return 0
     if args.system is None or args.model is None:
         raise ConfigError("", "--system" if args.system is None else "--model",
@@ -228,7 +239,7 @@ def register(sub) -> None:
                     "scipy.stats.sobol_indices): every uncertain number of the system's files (its stated range, else "
                     "one by its provenance: docs/configuration.md) and the model's own error from validation, ranked by "
                     "their share. --inputs lists the inputs and their ranges; --fit-model-error refits the model's own "
-                    "error from the step validation's results (data/measurements/steps/model_error.json).")
+                    "error from the step validation's results into a new file (--out).")
     add_problem(un, required=False)
     un.add_argument("--figure", default="step_s", choices=("step_s", "samples_per_s", "usd_per_million_samples",
                                                            "joules_per_sample"), help="the figure (default step_s)")
@@ -239,6 +250,10 @@ def register(sub) -> None:
     un.add_argument("--top", type=int, default=15, help="rows to print (0: all; default 15)")
     un.add_argument("--inputs", action="store_true", help="list the uncertain inputs and their ranges, and stop")
     un.add_argument("--fit-model-error", action="store_true", help="refit the model's own error from the step "
-                    "validation (several seconds per run) and rewrite model_error.json")
+                    "validation (several seconds per run) into the new file --out names")
+    un.add_argument("--out", default=None, metavar="FILE", help="with --fit-model-error: the new .json file to write "
+                    "(never an existing one)")
+    un.add_argument("--results", default=None, metavar="FILE", help="with --fit-model-error: the step validation's "
+                    "results (default data/measurements/steps/results.json)")
     un.add_argument("--json", action="store_true", help="print the rows as JSON")
     un.set_defaults(func=_cmd_uncertainty)

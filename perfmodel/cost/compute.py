@@ -3,7 +3,11 @@
 GEMM:   t = max(F / (peak * eta(F)), bytes / (B_hbm * e_hbm)) + t_launch,
         eta(F) = eta_max * F / (F + F_half)          (saturating in the GEMM's FLOPs)
 Gather: t = bytes / (B_hbm * e_hbm * gamma(r)),  gamma(r) = gamma_max * r / (r + r_half)
-        for random reads of rows of r bytes (embedding lookups).
+        for random reads of rows of r bytes (embedding lookups). By Little's law r_half is the row
+        size at which the compute units' rows in flight cover HBM's bandwidth-latency product,
+        so it grows with HBM bandwidth per unit: each chip preset derives it from its own
+        (docs/sources.md [gather-concurrency]); gamma_max, how well random rows use HBM once
+        enough are in flight, is fitted on the GPUs' runs ([gpu-gather-fit]).
 Cache:  traffic over a working set of W bytes, accessed uniformly, hits the last-level cache
         (C bytes) with probability h = min(1, C / W):
         t = bytes (h / B_llc + (1 - h) / (B_hbm * e_hbm)),  B_llc = max(llc_Bps, B_hbm * e_hbm)

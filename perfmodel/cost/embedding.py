@@ -39,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, _pytree, domain_chips, peers_per_level
+from ..hardware import System, domain_chips, peers_per_level
+from ..pytree import pytree
 from ..plan import CW, DP, RW, TW, TWRW, PlanArrays
 from ..workload import RankingModel
 from . import access
@@ -47,7 +48,7 @@ from .arrays import add_at, lead, xp_of
 from .compute import gather_efficiency, llc_factor
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class EmbeddingCosts:
     fwd_s: jnp.ndarray            # [D] lookup + pooled-output write
@@ -236,14 +237,16 @@ def row_wise_subset(pa: PlanArrays, D: int):
     return pa.shard_type[..., RW] * xp.where(pa.row_shards < D - 0.5, 1.0, 0.0)
 
 
-def hierarchical(pa: PlanArrays, D: int):
+def hierarchical(pa: PlanArrays, D: int, holders=None):
     """[..., T] the share of row_wise_subset's tables reduced inside their domains first (their
-    placement holds more devices than the partial sums they send: row_shards), or None."""
+    placement holds more devices than the partial sums they send: row_shards), or None. holders:
+    the devices each placement row holds, where already counted."""
     sub = row_wise_subset(pa, D)
     if sub is None:
         return None
     xp = xp_of(pa.shard_type)
-    holders = xp.sum(xp.where(pa.placement > 0, 1.0, 0.0), axis=-1)
+    if holders is None:
+        holders = xp.sum(xp.where(pa.placement > 0, 1.0, 0.0), axis=-1)
     return sub * xp.where(holders > pa.row_shards + 0.5, 1.0, 0.0)
 
 
@@ -288,9 +291,8 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
     g = tb.pooling * tb.index_bytes                  # index bytes per sample per table
     per_dest = s_tw + s_cw * k                       # index copies: every column shard needs them all
 
-    # ---- per-device sums as one matrix product per placement kind: [D, F] = P^T [T, F]
     P = pa.placement
-    WP = xp.stack([
+    cols = [
         # a column-wise table's placement row holds 1/k on each of its k devices, and each of
         # them runs one shard's whole lookup (f_cw, b_cw: width dim / k at the full batch): k x
         s_tw * (f_full + out_write) + s_cw * (k * f_cw + out_write),  # 0 forward seconds
@@ -298,20 +300,23 @@ def embedding_costs(system: System, model: RankingModel, pa: PlanArrays, a2a_byt
         store_P * c, store_P * (1.0 - c),                             # 2, 3 HBM / host bytes
         s_p * e,                                                      # 4 output bytes per sample
         per_dest * g,                                                 # 5 index bytes per sample
-    ], axis=-1)
-    VP = _over_tables(P, WP)
+    ]
     if s_sub is not None:
-        # the k holders' shares are the placement's 1/k: each looks up its rows and writes partial
-        # sums of all B samples (k x the table's pooled output), and sends them all: k x e per sample
+        # row-wise over a subset, by the same placement: the k holders' shares are the placement's
+        # 1/k; each looks up its rows and writes partial sums of all B samples (k x the table's
+        # pooled output), and sends them all: k x e per sample
         k_rw = pa.row_shards
-        VP = VP + _over_tables(P, xp.stack([
+        cols = [x + y for x, y in zip(cols, [
             s_sub * (f_full + k_rw * out_write), s_sub * (b_full + k_rw * out_write),
-            s_sub * full * c, s_sub * full * (1.0 - c), s_sub * k_rw * e, s_sub * g,
-        ], axis=-1))
-        # reduced inside each domain first: every holder's domain reduce-scatters the partial sums of
-        # all B samples (its own collective on the innermost level, as table_row_wise's)
-        held = xp.where(P > 0, 1.0, 0.0)
-        tr_sub = _over_tables(held, (hierarchical(pa, D) * e)[..., None])[..., 0] * B
+            s_sub * full * c, s_sub * full * (1.0 - c), s_sub * k_rw * e, s_sub * g])]
+        # 6: reduced inside each domain first, every holder's domain reduce-scatters the partial sums
+        # of all B samples (its own collective on the innermost level, as table_row_wise's): e on
+        # every holder, its placement share 1/n times n holders
+        holders = xp.sum(xp.where(P > 0, 1.0, 0.0), axis=-1)
+        cols.append(hierarchical(pa, D, holders) * e * holders)
+    # ---- per-device sums as one matrix product per placement kind: [D, F] = P^T [T, F]
+    VP = _over_tables(P, xp.stack(cols, axis=-1))
+    tr_sub = None if s_sub is None else VP[..., 6] * B
     def per_table_row_wise(size):        # [T, 7]: what one device of a domain of `size` chips holds
         return xp.stack([
             s_tr * (f_full / size + out_write), s_tr * (b_full / size + out_write),

@@ -71,7 +71,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, _pytree
+from ..hardware import System
+from ..pytree import pytree
 from ..plan import PlanArrays
 from ..workload import RankingModel
 from .arrays import xp_of
@@ -89,7 +90,7 @@ CHARGED_EMB = 2.0      # launches cost/embedding.py already charges (forward, ba
 HANDOFFS_PER_CALL = 2.0
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Overheads:
     kernels: jnp.ndarray        # kernels per step no other term prices (per plan)

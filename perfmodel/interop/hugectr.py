@@ -21,11 +21,22 @@ auto, as the planner's source does it:
   - a bucket's cost is the sum over its shards of (the table's lookups per sample / its split)
     + MEM_COMM_BW_RATIO / 4 per shard; a candidate plan's score is its costliest bucket's;
   - memory per shard rows / split x 1.024e-6 GB, within 60 GB per GPU less the replicated tables;
-  - a round: the shards, hottest first (lookups per shard, a stable sort), each to the cheapest
-    bucket (the first of equals) that holds no shard of its table and has the memory; if every shard
-    is placed the candidate is kept and the hottest table whose split can double (split x 2 <= G)
-    doubles it; if a shard finds no bucket its table's split doubles, or the search ends; at most
-    20 rounds; the lowest score wins (the earlier of equals). Splits are powers of two, by rows.
+  - a round: the shards, hottest first, each to the first bucket in the order of the buckets'
+    current costs that holds no shard of its table and has the memory; if every shard is placed the
+    candidate is kept and the hottest table whose split can double (split x 2 <= G; the first such
+    in the list's order) doubles it; if a
+    shard finds no bucket its table's split doubles, or the search ends; at most 20 rounds; the
+    lowest score wins (the earlier of equals). Splits are powers of two, by rows.
+
+Order among equals, which decides plans (three tables of 3 lookups): the source orders with numpy's
+default argsort of float64 arrays, ascending and then reversed (`np.argsort(h)[::-1]`), which is not
+a stable descending sort. The containers of those rounds ran numpy <= 1.24, whose default argsort is
+an introsort (`numpy124_argsort` ports it). The shard list starts as the model-parallel tables in
+table order, sorted that way; a round places the shards in the list's order; a split removes the
+table's shards from the list, appends its new ones at the end and sorts the whole list again.
+Buckets are tried in the argsort order of their costs. This order reproduces both published plans
+shard for shard (tests/test_hugectr.py); numpy >= 1.25 on AVX-512 CPUs sorts with yet another tie
+order, so a run's plan depends on its container's numpy.
 
 MEM_COMM_BW_RATIO is HBM bandwidth over the all-to-all link's (7 = 3.35 TB/s / 450 GB/s on H100
 NVLink; the submissions set 7 on H100, 11 on H200, 9 on B200 and GB200, 67 on multi-node H100).
@@ -114,6 +125,94 @@ def as_recipe(recipe) -> Recipe:
     return recipe if isinstance(recipe, Recipe) else parse_recipe(recipe if ":" in str(recipe) else f"hugectr:{recipe}")
 
 
+def _less(a: float, b: float) -> bool:
+    """numpy's float comparison for sorting: NaN after every number."""
+    return a < b or (b != b and a == a)
+
+
+def numpy124_argsort(values) -> list[int]:
+    """numpy 1.24's default `np.argsort` of a float64 array (npysort/quicksort.cpp, `aquicksort_`):
+    an introsort. Ranges of more than 16 elements are partitioned around the median of their first,
+    middle and last element (which moves equal values across each other); ranges of at most 16 are
+    insertion sorted (stable); past a depth of 2 floor(log2 n) partitions a heapsort takes the range.
+    Ported rather than called because the order among equals is what matters and the installed numpy
+    may sort otherwise."""
+    v = [float(x) for x in values]
+    a = list(range(len(v)))
+    if len(a) < 2:
+        return a
+    lo, hi, depth = 0, len(a) - 1, (len(a).bit_length() - 1) * 2
+    stack: list[tuple[int, int, int]] = []
+    while True:
+        if depth < 0:
+            _heapsort_range(v, a, lo, hi - lo + 1)
+        else:
+            while hi - lo > 15:
+                mid = lo + ((hi - lo) >> 1)
+                if _less(v[a[mid]], v[a[lo]]):
+                    a[mid], a[lo] = a[lo], a[mid]
+                if _less(v[a[hi]], v[a[mid]]):
+                    a[hi], a[mid] = a[mid], a[hi]
+                if _less(v[a[mid]], v[a[lo]]):
+                    a[mid], a[lo] = a[lo], a[mid]
+                pivot = v[a[mid]]
+                i, j = lo, hi - 1
+                a[mid], a[j] = a[j], a[mid]
+                while True:
+                    i += 1
+                    while _less(v[a[i]], pivot):
+                        i += 1
+                    j -= 1
+                    while _less(pivot, v[a[j]]):
+                        j -= 1
+                    if i >= j:
+                        break
+                    a[i], a[j] = a[j], a[i]
+                a[i], a[hi - 1] = a[hi - 1], a[i]
+                depth -= 1
+                if i - lo < hi - i:            # the larger part waits on the stack
+                    stack.append((i + 1, hi, depth))
+                    hi = i - 1
+                else:
+                    stack.append((lo, i - 1, depth))
+                    lo = i + 1
+            for i in range(lo + 1, hi + 1):
+                x, j = a[i], i
+                while j > lo and _less(v[x], v[a[j - 1]]):
+                    a[j] = a[j - 1]
+                    j -= 1
+                a[j] = x
+        if not stack:
+            return a
+        lo, hi, depth = stack.pop()
+
+
+def _heapsort_range(v: list[float], a: list[int], lo: int, n: int) -> None:
+    """numpy 1.24's `aheapsort_` of a[lo:lo + n] in place (1-based heap as in the source)."""
+    def sift(i: int, n: int, x: int) -> None:
+        j = 2 * i
+        while j <= n:
+            if j < n and _less(v[a[lo + j - 1]], v[a[lo + j]]):
+                j += 1
+            if not _less(v[x], v[a[lo + j - 1]]):
+                break
+            a[lo + i - 1] = a[lo + j - 1]
+            i, j = j, 2 * j
+        a[lo + i - 1] = x
+    for k in range(n >> 1, 0, -1):
+        sift(k, n, a[lo + k - 1])
+    while n > 1:
+        x = a[lo + n - 1]
+        a[lo + n - 1] = a[lo]
+        n -= 1
+        sift(1, n, x)
+
+
+def _hottest_first(shards: list[int], split: dict[int, int], hot) -> list[int]:
+    """The shard list (table indices) ordered as the source orders it: `np.argsort(h)[::-1]`."""
+    return [shards[i] for i in reversed(numpy124_argsort([hot[t] / split[t] for t in shards]))]
+
+
 def place(rows, hotness, buckets: int, ratio: float, threshold_gb: float, cap_gb) -> tuple[list[int], list[list[int]], float]:
     """The auto planner (module docstring) over `buckets` buckets of `cap_gb` GB each: (the
     data-parallel tables, each bucket's shards as table indices in placement order, the score)."""
@@ -124,19 +223,23 @@ def place(rows, hotness, buckets: int, ratio: float, threshold_gb: float, cap_gb
     mp = [t for t in range(T) if t not in dp]
     room = cap_gb - sum(rows[t] * GB_PER_ROW for t in dp)
     split = {t: 1 for t in mp}
+    shards = _hottest_first(mp, split, hot)      # one entry per shard, kept sorted as the source keeps it
+
+    def double(t: int) -> list[int]:
+        split[t] *= 2
+        return _hottest_first([s for s in shards if s != t] + [t] * split[t], split, hot)
+
     best = None
     for _ in range(ROUNDS):
-        shards = sorted(((hot[t] / split[t], t) for t in mp for _ in range(split[t])), key=lambda s: -s[0])
         cost, mem = np.zeros(buckets), np.zeros(buckets)
         held = [[] for _ in range(buckets)]
         failed = None
-        for lookups, t in shards:
-            need = rows[t] / split[t] * GB_PER_ROW
-            open_ = [g for g in range(buckets) if t not in held[g] and mem[g] + need <= room]
-            if not open_:
+        for t in shards:
+            lookups, need = hot[t] / split[t], rows[t] / split[t] * GB_PER_ROW
+            g = next((b for b in numpy124_argsort(cost) if t not in held[b] and mem[b] + need <= room), None)
+            if g is None:
                 failed = t
                 break
-            g = min(open_, key=lambda b: (cost[b], b))
             cost[g] += lookups + ratio / 4.0
             mem[g] += need
             held[g].append(t)
@@ -144,12 +247,12 @@ def place(rows, hotness, buckets: int, ratio: float, threshold_gb: float, cap_gb
             score = float(cost.max())
             if best is None or score < best[2]:
                 best = (dp, held, score)
-            can = [t for t in mp if split[t] * 2 <= buckets]
+            can = [t for t in shards if split[t] * 2 <= buckets]
             if not can:
                 break
-            split[max(can, key=lambda t: (hot[t] / split[t], -t))] *= 2
+            shards = double(can[0])
         elif split[failed] * 2 <= buckets:
-            split[failed] *= 2
+            shards = double(failed)
         else:
             break
     if best is None:

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import ConfigError, Num, check_number, csv_error, read_file, read_text, shown
-from ..hardware import _resolve
+from ..presets import locate
 from ..schema import MAX_TABLES, MODEL
 from ..workload import RankingModel, layer_output_width, parse_model
 
@@ -290,7 +290,7 @@ def model_dict(tables: list[Table], dense: Any = "dlrm-dcnv2-mlperf", global_bat
                name: str | None = None, src: str = "") -> tuple[dict, str]:
     """The model file (as a dict) of `tables` with `dense`'s dense part; and where its settings came from."""
     if isinstance(dense, (str, Path)):
-        path = _resolve("models", dense)
+        path = locate("models", dense)
         base = read_file(path)
         emb = base.get("embeddings", {})
         preset_dims = emb.get("dim", [])
@@ -298,7 +298,7 @@ def model_dict(tables: list[Table], dense: Any = "dlrm-dcnv2-mlperf", global_bat
         layers = _dense_layers(base.get("dense", {}).get("layers", []), tables, preset_dims, str(path))
         origin = Path(dense).stem if Path(dense).suffix else str(dense)
     elif isinstance(dense, (list, tuple)) and all(isinstance(x, Mapping) for x in dense):
-        base = read_file(_resolve("models", "dlrm-dcnv2-mlperf"))
+        base = read_file(locate("models", "dlrm-dcnv2-mlperf"))
         emb, layers, origin = base["embeddings"], [dict(x) for x in dense], None
     else:
         raise ConfigError("", "dense", "must be a model preset name or file whose dense part is reused, or a list "
@@ -398,6 +398,6 @@ def import_tables(csv_path: str | Path, out: str | Path, *, dense: Any = "dlrm-d
     data, origin = model_dict(tables, dense, global_batch, name or Path(csv_path).stem, str(csv_path))
     model = parse_model(data, str(csv_path))          # every check before anything is written
     command = command or f"perfmodel import-tables {csv_path} --dense {dense} --out {out}"
-    preset = read_file(_resolve("models", dense)).get("dense", {}).get("layers", []) if isinstance(dense, (str, Path)) else []
+    preset = read_file(locate("models", dense)).get("dense", {}).get("layers", []) if isinstance(dense, (str, Path)) else []
     write_new(out, model_file_text(data, tables, str(csv_path), origin, command, global_batch is not None, preset))
     return model

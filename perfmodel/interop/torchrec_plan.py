@@ -13,6 +13,11 @@ builds from the same per-table choices:
   - row_wise over all D ranks and table_row_wise over the local_size ranks of one host: blocks of
     ceil(rows / n) rows, the last ranks holding the remainder or nothing
     (`_calculate_rw_shard_sizes_and_offsets`: 10 rows on 4 ranks are 3, 3, 3, 1);
+  - row_wise over a subset of the ranks (HugeCTR's planners, and the search where they are best):
+    over exactly one scale-up domain it is TorchRec's table_row_wise (its rows in the same blocks
+    over the same ranks); any other subset, such as hier_auto's rows over several whole nodes, has
+    no TorchRec form (row_wise spans every rank, table_row_wise one host, grid_shard splits columns
+    across hosts and rows only within one) and is refused, saying so;
   - data_parallel: no sharding spec, every rank, the "dense" kernel.
 A placement is "rank:N/cuda:(N mod local_size)" ("rank:N/cpu" for device_type "cpu"), as
 TorchRec's `placement`. The compute kernel is "fused" for a table all in HBM and
@@ -121,6 +126,8 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
                                   f"shard(s) of {block} instead: choose a shard count whose dim / k is a multiple of 4")
             shards = [([0, j * width], [rows, width], r) for j, r in enumerate(ranks)]
         elif st in ("row_wise", "table_row_wise"):
+            if st == "row_wise" and len(ranks) < D:
+                st = _row_wise_subset(name, sorted(ranks), system)
             group = list(range(D)) if st == "row_wise" else list(range(ranks[0] // L * L, ranks[0] // L * L + L))
             blocks = row_blocks(rows, len(group))
             starts = [sum(blocks[:j]) for j in range(len(blocks))]
@@ -146,6 +153,23 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
     if system.uneven_domains:
         out["local_sizes"] = list(system.domain_sizes)
     return out
+
+
+def _row_wise_subset(name: str, ranks: list[int], system) -> str:
+    """TorchRec's sharding type of a row_wise table over a subset of the ranks (HugeCTR's planners
+    make them): table_row_wise where the ranks are one whole scale-up domain (TorchRec's host of
+    local_size ranks, its rows split in blocks over them as TorchRec splits them); else a ConfigError
+    saying why TorchRec has no form for it."""
+    D, L = system.num_chips, system.domain_size
+    dom = ranks[0] // L
+    if not system.uneven_domains and ranks == list(range(dom * L, dom * L + L)):
+        return "table_row_wise"
+    doms = sorted({r // L for r in ranks})
+    where = (f"{len(doms)} whole scale-up domains of {L}" if len(ranks) == len(doms) * L
+             else f"{len(ranks)} of the {len(doms) * L} ranks of {len(doms)} scale-up domain(s)")
+    raise ConfigError("plan", f"tables.{name}.ranks", f"row_wise over {len(ranks)} of {D} ranks ({where}) has no "
+                      f"TorchRec form: its row_wise spans every rank, table_row_wise one host, and grid_shard splits "
+                      f"columns across hosts, never rows; use row_wise over every rank, or table_row_wise")
 
 
 def dmp_collection_args(data: dict | str | Path, src: str = "plan") -> dict:

@@ -15,14 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..hardware import System, _pytree, static
+from ..hardware import System
+from ..pytree import pytree, static
 from ..workload import RankingModel
 from .plans import Plan, TablePlan, group_problem
 from .space import (ALGORITHMS, COLLECTIVES, DENSE_MODES, DP, PRECISIONS, RW, SHARDING_TYPES, TW, CW, TWRW,
                     row_partials, table_ranks)
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class PlanArrays:
     """A plan as arrays (T tables, D devices, H = D / scale-up-domain domains).
@@ -40,10 +41,12 @@ class PlanArrays:
       grad_buckets, overlap_chunks  >= 1
       row_shards [T]      None, or per row_wise table over a subset of the devices (its placement
                           row holds 1 / its ranks on each) the partial sums per sample it sends each
-                          device (row_partials; D: every device, reduce-scattered): None means
-                          row_wise spans every device, as plans the search makes do. A framework's
-                          planner (HugeCTR's) splits a table over a subset of the devices, which the
-                          cost model then prices as its own case.
+                          device (row_partials; D: every device, reduce-scattered; other types hold
+                          D): None means every row_wise table spans every device. A framework's
+                          planner (HugeCTR's hier_auto) splits a table over a subset of the devices,
+                          which the cost model prices as its own case; the search's arrays always
+                          carry it (plan_arrays(rows=True), with_rows), so that its moves reach that
+                          shape and its compiled programs see one structure of arrays.
     """
 
     shard_type: jax.Array
@@ -68,10 +71,12 @@ class PlanArrays:
 
 TABLE_FIELDS = ("shard_type", "placement", "domain_placement", "cw_shards", "cache_ratio")
 GROUP_FIELDS = ("replicas", "group_layout", "sync_every")
-# row_shards is neither: plans a search makes leave it None (row_wise spans every device)
+# row_shards is neither: it is None where every row_wise table spans every device; the search's
+# arrays carry it as a table leaf (ROW_FIELDS)
 SETTING_FIELDS = tuple(f.name for f in dataclasses.fields(PlanArrays)
                        if f.name not in TABLE_FIELDS + GROUP_FIELDS + ("row_shards",))
 FIELDS = TABLE_FIELDS + SETTING_FIELDS
+ROW_FIELDS = TABLE_FIELDS + ("row_shards",)      # a table's leaves in the search's arrays
 
 
 def build(tables: dict, settings: dict, row_shards=None, group: dict | None = None) -> PlanArrays:
@@ -94,12 +99,22 @@ def to_arrays(plan: Plan, system: System, model: RankingModel) -> PlanArrays:
     return jax.tree_util.tree_map(jnp.asarray, plan_arrays(plan, system, model))
 
 
-def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArrays | None = None) -> PlanArrays:
+def with_rows(pa: PlanArrays, D: int) -> PlanArrays:
+    """`pa` carrying row_shards (D for every table: row_wise over every device) where it holds None;
+    numpy leaves, any leading batch axes. The search's form of plans (PlanArrays.row_shards)."""
+    if pa.row_shards is not None:
+        return pa
+    return replace(pa, row_shards=np.full(np.shape(pa.shard_type)[:-1], float(D), np.float32))
+
+
+def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArrays | None = None,
+                rows: bool = False) -> PlanArrays:
     """to_arrays with numpy float32 leaves: what a search builds by the thousand (a jitted function
     takes them as they are; thirteen device transfers per plan cost more than the plan's scoring).
     tables: the arrays of a plan with the same tables (a variant of `plan`'s settings), whose table
-    leaves are reused: only the settings are built (a search scores hundreds of such variants)."""
-    settings = settings_arrays(plan)
+    leaves are reused: only the settings are built (a search scores hundreds of such variants).
+    rows: carry row_shards even where every row_wise table spans every device (the search's form)."""
+    settings, rows_wanted = settings_arrays(plan), rows
     if tables is not None:
         return replace(tables, **settings, **group_of(plan))
     system, model = group_problem(system, model, plan)
@@ -127,7 +142,7 @@ def plan_arrays(plan: Plan, system: System, model: RankingModel, tables: PlanArr
         else:
             dp[i, :] = 1.0 / H
         cache[i] = t.cache_ratio
-    subset = bool(np.any(rows < D))     # only then the arrays carry row_shards (module docstring of PlanArrays)
+    subset = rows_wanted or bool(np.any(rows < D))     # else None (PlanArrays' docstring)
     return build(dict(shard_type=st, placement=pl, domain_placement=dp, cw_shards=cw, cache_ratio=cache), settings,
                  row_shards=rows if subset else None, group=group_of(plan))
 

@@ -119,6 +119,8 @@ def violations(pa, lim: Limits):
     xp = np if isinstance(pa.shard_type, np.ndarray) else jax.numpy
     S = pa.shard_type
     placed = S[..., TW] + S[..., CW]
+    if pa.row_shards is not None:        # row-wise over a subset: on the devices its placement holds
+        placed = placed + S[..., RW] * xp.where(pa.row_shards < lim.devices.shape[-1] - 0.5, 1.0, 0.0)
     bad = xp.sum(S * (1.0 - lim.types), axis=-1)
     bad = bad + placed * xp.sum(pa.placement * (1.0 - lim.devices), axis=-1)
     bad = bad + S[..., TWRW] * xp.sum(pa.domain_placement * (1.0 - lim.domains), axis=-1)
@@ -131,8 +133,8 @@ def violations(pa, lim: Limits):
 
 
 def admissible(lim: Limits | None, c: dict) -> tuple[dict, np.ndarray]:
-    """The table moves c (columns t, st, devs, dom, k, cache: search.moves.COLUMNS) that keep the
-    limits, each cache ratio made one they allow (the nearest), and which rows those are."""
+    """The table moves c (columns t, st, devs, dom, k, cache: search.moves.COLUMNS; row-wise with
+    k >= 2 is over the blocks of k devices from each of devs) that keep the limits, each cache ratio made one they allow (the nearest), and which rows those are."""
     keep = np.ones(len(c["t"]), bool)
     if lim is None:
         return c, keep
@@ -142,7 +144,10 @@ def admissible(lim: Limits | None, c: dict) -> tuple[dict, np.ndarray]:
                                                                  np.clip(cache, lim.cache_lo[t], lim.cache_hi[t]), 1.0)))
     devs = c["devs"]
     on = np.where(devs >= 0, lim.devices[t[:, None], np.maximum(devs, 0)] > 0, True).all(axis=1)
-    keep = ((lim.types[t, st] > 0) & (on | ~np.isin(st, (TW, CW)))
+    subset = (st == RW) & (c["k"] >= 2)      # row-wise over the blocks of k devices from each of devs
+    for i in np.flatnonzero(subset):
+        on[i] = all((lim.devices[t[i], d:d + c["k"][i]] > 0).all() for d in devs[i] if d >= 0)
+    keep = ((lim.types[t, st] > 0) & (on | ~(np.isin(st, (TW, CW)) | subset))
             & ((st != TWRW) | (lim.domains[t, c["dom"]] > 0)) & ((st != CW) | (lim.shards[t, c["k"]] > 0)))
     return {k: v[keep] for k, v in dict(c, cache=cache).items()}, keep
 

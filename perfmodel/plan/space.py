@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from ..hardware import System, _pytree, whole_system
+from ..hardware import System, whole_system
+from ..pytree import pytree
 from ..schema import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, DENSE_MODES, PRECISIONS,  # noqa: F401 (the plan layer names them)
                       SHARDING_TYPES)
 from ..workload import RankingModel
@@ -109,7 +110,7 @@ def algorithm_mask() -> np.ndarray:
 
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Limits:
     """Per-table constraints as arrays over T tables, D devices, H domains (1.0 allowed, 0.0 not):
@@ -156,7 +157,7 @@ def unlimited(T: int, D: int, H: int) -> Limits:
                   np.full(T, MIN_CW_DIM, np.float32))
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Masks:
     """Which discrete choices are allowed (additive logit masks: 0 allowed, NEG not). A pytree of

@@ -29,6 +29,6 @@ SPMD needs one shape on every device, so uneven placements are padded to the lar
 this is exactly the slowest device the cost model's all-to-all time is set by.
 """
 
-from .spec import INDEX_DTYPE, INDEX_BYTES, DTYPES, ELEMENT_DTYPES, SUPPORTED_TYPES, Layer, Spec, load_spec, spec_from_dict, _layers, _interaction_width, model_dict, cost_model  # noqa: F401
-from .step import init_dense, init_tables, init_emb_state, dense_optimizer, make_batch, index_columns, embedding_bag, gram, _gram_fwd, _gram_bwd, _mlp, dense_forward, bce_sum, sparse_update, dense_table_update, init_state, make_step, make_timed_step  # noqa: F401
-from .sharded import Layout, make_layout, _cols_of, pack_state, _stack_opt, unpack_tables, unpack_dense, _flatten, _unflattener, _gather_params, make_sharded_step, state_specs, device_maps, abstract_inputs, _packed_shapes  # noqa: F401
+from .spec import INDEX_DTYPE, INDEX_BYTES, DTYPES, ELEMENT_DTYPES, SUPPORTED_TYPES, Layer, Spec, load_spec, spec_from_dict, model_dict, cost_model  # noqa: F401
+from .step import init_dense, init_tables, init_emb_state, dense_optimizer, make_batch, index_columns, embedding_bag, gram, dense_forward, bce_sum, sparse_update, dense_table_update, init_state, make_step, make_timed_step  # noqa: F401
+from .sharded import Layout, make_layout, pack_state, unpack_tables, unpack_dense, make_sharded_step, state_specs, device_maps, abstract_inputs  # noqa: F401

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError, read_file
-from ..hardware import _resolve
+from ..presets import locate
 from ..workload import RankingModel, parse_model
 
 INDEX_DTYPE = jnp.int32
@@ -65,7 +65,7 @@ def load_spec(name_or_path: str | Path, *, batch: int | None = None, max_rows: i
     batch overrides the global batch; max_rows caps every table's rows (a scaled-down model whose
     FLOPs and communication volumes do not depend on rows).
     """
-    path = _resolve("models", name_or_path)
+    path = locate("models", name_or_path)
     data = read_file(path)
     return spec_from_dict(data, str(path), batch=batch, max_rows=max_rows)
 

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from ..cache import jit
-from ..evaluate import _evaluate
+from ..evaluate import evaluate_arrays
 from ..hardware import System
 from ..plan import ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, Plan
 from ..workload import RankingModel
@@ -56,7 +56,7 @@ def warm_start(plan: Plan, system: System, model: RankingModel, strength: float 
 
 def relaxed_loss(params: SoftParams, system: System, model: RankingModel, masks: Masks, tau):
     pa = soft_arrays(params, masks, tau)
-    bd = _evaluate(system, model, pa, SMOOTH)
+    bd = evaluate_arrays(system, model, pa, SMOOTH)
     over = jnp.sum(jax.nn.relu(bd.memory_bytes / bd.capacity_bytes - 1.0))
     return bd.step_s * (1.0 + PENALTY * over)
 

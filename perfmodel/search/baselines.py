@@ -19,7 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import FIELDS, TABLE_FIELDS, PlanArrays, sample_plans, table_rows
+from ..plan import FIELDS, ROW_FIELDS, PlanArrays, sample_plans, table_rows, with_rows
+
+# the leaves a population's plans carry: the search's arrays, row_shards a table leaf (plan.with_rows)
+LEAVES = FIELDS + ("row_shards",)
+
+
+def sampled(rng: np.random.Generator, p, n: int) -> PlanArrays:
+    """n random plans (plan.sample_plans) in the search's form: every row-wise table over every device."""
+    return with_rows(sample_plans(rng, p.masks, n), p.D)
 
 
 def children(rng: np.random.Generator, p, pop: PlanArrays, fit: np.ndarray, n: int, rate: float) -> PlanArrays:
@@ -32,19 +40,19 @@ def children(rng: np.random.Generator, p, pop: PlanArrays, fit: np.ndarray, n: i
     a, b = tournament(), tournament()
     rows, setting, mutated = rng.random((n, p.T)) < 0.5, rng.random(n) < 0.5, rng.random((n, p.T)) < rate
     c, t = np.nonzero(mutated)
-    fresh = table_rows(rng, p.masks, t, p.H)
+    fresh = dict(table_rows(rng, p.masks, t, p.H), row_shards=np.float32(p.D))    # a fresh row-wise table: every device
     out = {}
-    for f in FIELDS:
+    for f in LEAVES:
         x = getattr(pop, f)
-        m = rows if f in TABLE_FIELDS else setting
+        m = rows if f in ROW_FIELDS else setting
         out[f] = np.where(m.reshape(m.shape + (1,) * (x.ndim - m.ndim)), x[a], x[b])
-        if f in TABLE_FIELDS:
+        if f in ROW_FIELDS:
             out[f][c, t] = fresh[f]
     return PlanArrays(**out)
 
 
 def take(pa: PlanArrays, i) -> PlanArrays:
-    return PlanArrays(**{f: getattr(pa, f)[i] for f in FIELDS})
+    return PlanArrays(**{f: getattr(pa, f)[i] for f in LEAVES})
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class Random:
         return Sampled(seed=seed)
 
     def step(self, p, s: Sampled, budget) -> Sampled:
-        batch = sample_plans(s.rng, p.masks, p.max_batch)
+        batch = sampled(s.rng, p, p.max_batch)
         sc = p.pairs(batch)[0]
         j = int(np.argmin(sc))
         better = sc[j] < s.best
@@ -108,9 +116,10 @@ class Evolutionary(Random):
     def init(self, p, seed, budget):
         n = p.max_batch
         s = Sampled(seed=seed)
-        pop = sample_plans(s.rng, p.masks, n)
+        pop = sampled(s.rng, p, n)
         for i, plan in enumerate(self.seeds[:n]):
-            for f in FIELDS:
+            plan = with_rows(plan, p.D)
+            for f in LEAVES:
                 getattr(pop, f)[i] = np.asarray(getattr(plan, f))
         return self._best(dataclasses.replace(s, rounds=1, pop=pop, fit=p.pairs(pop)[0], evaluations=n))
 
@@ -120,7 +129,7 @@ class Evolutionary(Random):
         child = children(s.rng, p, s.pop, s.fit, n, rate)
         fit = np.concatenate([s.fit, p.pairs(child)[0]])
         keep = np.argsort(fit, kind="stable")[:n]     # parents first among equals
-        pop = PlanArrays(**{f: np.concatenate([getattr(s.pop, f), getattr(child, f)])[keep] for f in FIELDS})
+        pop = PlanArrays(**{f: np.concatenate([getattr(s.pop, f), getattr(child, f)])[keep] for f in LEAVES})
         return self._best(dataclasses.replace(s, rounds=s.rounds + 1, pop=pop, fit=fit[keep],
                                               evaluations=s.evaluations + n))
 

@@ -7,7 +7,7 @@ Knobs
                  (assumed 0.0025 $ per GB/s-hour: a 400 Gb/s NIC and switch port, ~3,000 $,
                  amortized over 3 years); objective: cost per sample. A PCIe link in front of
                  the NIC still caps what it carries (bandwidth beyond it is paid for and unused)
-Each knob is read and set by the analysis knob a sweep of it uses (analysis.knobs), so a sweep and a
+Each knob is read and set by the knob a sweep of it uses (perfmodel.knobs), so a sweep and a
 co-design of the same knob change the same hardware.
 Method: alternate (1) the plan search at the current knob value and (2) a vectorized scan of the knob
 over its range with the plan fixed (one vmapped call of the objective and its jax.grad, compiled
@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cache import jit
+from .. import knobs
 from ..config import ConfigError
-from ..evaluate import _evaluate
+from ..evaluate import evaluate_arrays
 from ..hardware import System
 from ..plan import to_arrays
 from ..workload import RankingModel
@@ -38,10 +39,10 @@ KNOBS = ("nic_split", "scale_out_bw")
 
 @dataclass(frozen=True)
 class KnobRange:
-    """A co-design knob: the analysis knob (analysis.knobs) that sets it, the range the scan covers and
+    """A co-design knob: the knob (perfmodel.knobs) that sets it, the range the scan covers and
     the objective it is chosen for."""
     name: str
-    setter: str          # the analysis knob that reads and writes it, in the unit below
+    setter: str          # the knob that reads and writes it, in the unit below
     unit: str
     lo: float
     hi: float
@@ -63,7 +64,6 @@ def knob_spec(name: str, system: System) -> KnobRange:
 
 
 def _setter(name: str):
-    from ..analysis import knobs      # the one setter of each hardware knob (analysis imports the search)
     return knobs, knobs.knob({"nic_split": "nic_scale_up_fraction", "scale_out_bw": "scale_out_bandwidth_GBps"}[name])
 
 
@@ -90,7 +90,7 @@ def _metric(bd, metric: str):
 
 
 def _knob_objective(v, name, metric, system, model, pa):
-    bd = _evaluate(set_knob(name, system, v), model, pa, 0.0)
+    bd = evaluate_arrays(set_knob(name, system, v), model, pa, 0.0)
     return _metric(bd, metric), bd.feasible
 
 
@@ -177,3 +177,32 @@ def co_design(name: str, system: System, model: RankingModel, plan_search, *, bu
             "improvement": 1.0 - final / obj_preset, "improvement_plan_fixed": fixed,
             "d_objective_d_knob": grad, "history": history, "iterations": used, "stopped": stopped,
             "plan": plan, "system": set_knob(name, system, value) if value != preset else system}
+
+
+def co_designed(system, model, method, knob, progress, k):
+    """search's co_design: the plan searched (one.search_one) at each knob value co_design tries, a
+    method that refines a plan (methods.Spec.refines) from the last value's; the result's system
+    carries the chosen value."""
+    from ..evaluate import evaluate
+    from .driver import Budget
+    from .methods import spec
+    from .one import search_one
+    from .progress import Progress
+    from .result import SearchResult
+    knob_spec(knob, system)
+    refines, start = spec(method).refines, k.options.start
+    budget = Budget(seconds=k.budget_s)
+
+    def plan_search(sv, seconds, plan, iterations):
+        opts = dataclasses.replace(k.options, start=plan if refines and plan is not None else start)
+        return search_one(sv, model, method, dataclasses.replace(k, budget_s=seconds, iterations=iterations,
+                                                                 options=opts))
+
+    with Progress(progress, k.budget_s, k.iterations, f"search {method}, co-design {knob}"):
+        info = co_design(knob, system, model, plan_search=plan_search, budget=budget, iterations=k.iterations)
+    plan, sys_v = info.pop("plan"), info.pop("system")
+    bd = evaluate(sys_v, model, plan)
+    return SearchResult(method=method, plan=plan, breakdown=bd, step_s=float(bd.step_s),
+                        samples_per_s=float(bd.samples_per_s), feasible=bool(bd.feasible), wall_s=budget.elapsed(),
+                        seed=k.seed, converged=info["stopped"] != "budget_s", notes={"co_design": info},
+                        system=sys_v, iterations=info["iterations"], stopped=info["stopped"])

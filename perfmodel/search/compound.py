@@ -27,8 +27,8 @@ def groups_batch(pa: PlanArrays, types, doms, changed, partner, width, dense, xp
     """Batch of plans, each `pa` with the tables where changed[i] is set made type types[i]:
     table-row-wise on domain doms[i]; column-wise in two, half on the table's device and half on
     partner[i], or (partner -1) in width[i] shards on devices doms[i] ... doms[i] + width[i] - 1;
-    spread evenly as plan_arrays builds them, data-parallel ones whole in HBM (cache ratio 1); the
-    dense parallelism DENSE_MODES[dense[i]] (-1: as in pa). xp: numpy, or jax.numpy (default)."""
+    spread evenly as plan_arrays builds them, data-parallel ones whole in HBM (cache ratio 1), a
+    row-wise one over every device; the dense parallelism DENSE_MODES[dense[i]] (-1: as in pa). xp: numpy, or jax.numpy (default)."""
     if xp is None:
         import jax.numpy as xp
     D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
@@ -50,7 +50,9 @@ def groups_batch(pa: PlanArrays, types, doms, changed, partner, width, dense, xp
         cache_ratio=xp.where(changed & (types == DP), np.float32(1.0), one(pa.cache_ratio))), dict(
         dense_mode=xp.where((dense >= 0)[:, None], onehot(xp.maximum(dense, 0), len(DENSE_MODES)), one(pa.dense_mode)),
         **{f: xp.broadcast_to(one(getattr(pa, f)), (len(types),) + np.shape(getattr(pa, f)))
-           for f in SETTING_FIELDS if f != "dense_mode"}))
+           for f in SETTING_FIELDS if f != "dense_mode"}),
+        # a changed table spans every device of its type (row-wise: all of them); the others keep theirs
+        row_shards=None if pa.row_shards is None else xp.where(changed, np.float32(D), one(pa.row_shards)))
 
 
 def _groups_in_program(pa, types, doms, changed, partner, width, dense):
@@ -150,7 +152,7 @@ def group_specs(p: Problem, plan: Plan, other_dense: bool = False) -> tuple[np.n
     out = [o + (np.full(len(o[0]), 2), np.full(len(o[0]), -1)) for o in out]
     # column-wise splits: under the plan's dense parallelism (-1), or each other one allowed
     types, doms, changed, width = p.splits
-    modes = [-1] if not other_dense else [] if p.freeze_settings else \
+    modes = [-1] if not other_dense else [] if p.freeze_settings or "dense" in p.hold else \
         [i for i, m in enumerate(DENSE_MODES) if m != plan.dense and p.masks.dense[i] > -1]
     types, doms = np.where(changed, types, base_type), np.where(changed, doms, base_dom)
     same = unchanged(types, doms, changed, width)
@@ -164,7 +166,7 @@ def group_specs(p: Problem, plan: Plan, other_dense: bool = False) -> tuple[np.n
 
 def group_plan(p: Problem, plan: Plan, types, doms, changed, partner, width: int, dense: int) -> Plan:
     """The Plan of one compound move (a row of group_specs)."""
-    names, D, L = p.model.tables.names, p.D, p.L
+    names, D = p.model.tables.names, p.D
     tables = dict(plan.tables)
     for t in np.flatnonzero(changed):
         st, name = int(types[t]), names[t]

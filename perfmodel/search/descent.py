@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import CW, TW, Plan
+from ..plan import CW, RW, TW, Plan
 from . import firstorder as fo
 from . import moves as mv
 from .compound import group_moves, pick_compound
@@ -183,8 +183,11 @@ def _combined(p: Problem, plan: Plan, c: dict, improving: list) -> Plan | None:
     combo, used_t, used_d = plan, set(), set()
     for _, i in improving[:64]:
         t = int(c["t"][i])
-        devs = {int(x) for x in c["devs"][i] if x >= 0}
-        old = set(plan.tables[names[t]].ranks) if c["st"][i] in (TW, CW) else set()
+        now = plan.tables[names[t]]
+        # a row-wise subset (the move's, or the table's now) holds its devices as a placed table does
+        subset = (c["st"][i] == RW and c["k"][i] >= 2, now.sharding_type == "row_wise" and len(now.ranks) < p.D)
+        devs = set(mv.move_ranks(p, c, i)) if c["st"][i] in (TW, CW) or subset[0] else set()
+        old = set(now.ranks) if c["st"][i] in (TW, CW) or any(subset) else set()
         if t in used_t or (devs | old) & used_d:
             continue
         combo = mv.moved(p, combo, c, i)

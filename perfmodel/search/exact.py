@@ -30,7 +30,7 @@ from ..cache import jit
 from ..config import ConfigError
 from ..cost import collectives as coll
 from ..cost.embedding import embedding_costs
-from ..evaluate import _evaluate, evaluate
+from ..evaluate import evaluate_arrays, evaluate
 from ..hardware import System
 from ..plan import COLLECTIVES, PRECISION_BYTES, Plan, TablePlan, to_arrays
 from ..workload import RankingModel
@@ -52,7 +52,7 @@ def subproblem_plan(base: Plan, model: RankingModel, ranks: list[int] | None = N
 def _quantities(P, system, model, pa0, a2a_b, grad_b):
     pa = dataclasses.replace(pa0, placement=P)
     emb = embedding_costs(system, model, pa, a2a_b, grad_b)
-    bd = _evaluate(system, model, pa, 0.0)
+    bd = evaluate_arrays(system, model, pa, 0.0)
     return {"ef": emb.fwd_s * US, "eb": emb.bwd_s * US, "os": emb.out_send * MB, "or": emb.out_recv * MB,
             "is": emb.in_send * MB, "ir": emb.in_recv * MB, "mem": bd.memory_bytes * MB}
 

@@ -9,9 +9,11 @@ share of the gradient), with the change the move makes to the plan's arrays:
     est(move) = g_type . d type + [table- or column-wise] g_place . d place + [table-row-wise] g_dom . d dom
                 + g_k d k + g_cache d cache
 
-(a type change to row-wise or data-parallel leaves the placement row out: it no longer matters). A
-table not table- or column-wise now has no placement gradient (its placement does not enter the
-step), so its moves to each device tie; they are ordered by the device's compute load. Estimates
+(a type change to row-wise over every device or data-parallel leaves the placement row out: it no
+longer matters; row-wise over a subset of blocks takes the placement's mean over their devices). A
+table not table- or column-wise (or row-wise over a subset) now has no placement gradient (its
+placement does not enter the step), so its moves to each device tie; they are ordered by the
+device's compute load. Estimates
 rank the moves (ties by the destination's compute load, or a domain's memory); the hard scores of
 the best-ranked decide.
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..cache import jit
 from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan
-from .moves import empty_moves
+from .moves import empty_moves, row_blocks, subset_ranks
 from .problem import CW_MOVE_SHARDS, Problem
 from .score import scores
 
@@ -59,7 +61,8 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
     k_now, cache_now = np.asarray(pa.cw_shards, np.float64), np.asarray(pa.cache_ratio, np.float64)
     gS, gP, gdom, gk, gcache = g.shard_type, g.placement, g.domain_placement, g.cw_shards, g.cache_ratio
     base = (gS * S).sum(1)                                  # d score / d type at the current types
-    placed = np.isin(cur, (TW, CW))
+    sub_now = (cur == RW) & (np.asarray(pa.row_shards) < D - 0.5) if pa.row_shards is not None else np.zeros(T, bool)
+    placed = np.isin(cur, (TW, CW)) | sub_now                # row-wise over a subset: placed by its row
     here = np.where(placed, (gP * P).sum(1), 0.0)           # the placement's own term
     dom_here = (gdom * dom).sum(1)
     order = np.argsort(np.argsort(loads[0], kind="stable"), kind="stable").astype(np.float64)   # device rank by compute
@@ -94,10 +97,17 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
             share = gP[t, devs].mean() - here[t] if placed[t] else 0.0
             add([t], CW, devs[None, :], k, 0, cache_now[t], [gS[t, CW] - base[t] + share + gk[t] * (k - k_now[t])])
     for st in (RW, DP):
-        t = np.flatnonzero(ok[:, st] & (cur != st))
+        t = np.flatnonzero(ok[:, st] & ((cur != st) | (sub_now & (st == RW))))
         cache = cache_now[t] if st == RW else np.ones(len(t))
         add(t, st, np.zeros((len(t), 1)), 1, 0, cache,
             gS[t, st] - base[t] + gk[t] * (1.0 - k_now[t]) + gcache[t] * (cache - cache_now[t]))
+    # row-wise over a subset of blocks (moves.row_blocks): the placement's gradient over their devices
+    for u, firsts in row_blocks(p, memory, False):
+        ranks = subset_ranks(firsts, u)
+        same = np.asarray([cur[i] == RW and sorted(plan.tables[n].ranks) == ranks for i, n in enumerate(names)])
+        t = np.flatnonzero(ok[:, RW] & ~same)
+        add(t, RW, np.tile(firsts, (len(t), 1)), u, 0, cache_now[t],
+            gS[t, RW] - base[t] + gP[t][:, ranks].mean(1) - here[t] + gk[t] * (1.0 - k_now[t]))
     if H > 1:
         dom_order = np.argsort(np.argsort(p.domain_loads(memory), kind="stable"), kind="stable")
         tr_t, tr_h = np.nonzero(ok[:, TWRW][:, None] & np.ones((1, H), bool))
@@ -107,7 +117,7 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
             + gk[tr_t] * (1.0 - k_now[tr_t])
         add(tr_t, TWRW, np.zeros((len(tr_t), 1)), 1, tr_h, cache_now[tr_t], est, dom_order[tr_h])
     if infeasible:                   # a smaller share in HBM, the table's type and devices kept
-        few = np.asarray([len(plan.tables[n].ranks) <= CW_MOVE_SHARDS for n in names])
+        few = np.asarray([len(plan.tables[n].ranks) <= CW_MOVE_SHARDS for n in names]) & ~sub_now
         kept = np.full((T, CW_MOVE_SHARDS), -1)
         for i, n in enumerate(names):
             r = plan.tables[n].ranks if cur[i] in (TW, CW) else [0]

@@ -62,12 +62,14 @@ def _inputs_of(system: System, model: RankingModel, shards):
 _inputs = jit(_inputs_of, export=True)
 
 
-def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool = True) -> Plan:
+def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool = True, hold=None) -> Plan:
     """TorchRec-style greedy planning (module docstring). On a small instance (score.eager) its inputs
     and its settings are computed in numpy, with no program to compile. masks (relax.Masks): the
     choices a search allows (sharding types, column-wise shard counts, per-table constraints), which
     the plan keeps; None: every choice the planner makes by itself. settings=False: the placement
-    alone, with the default settings and every input in numpy (a quick screen: nothing compiles)."""
+    alone, with the default settings and every input in numpy (a quick screen: nothing compiles).
+    hold (plan.Hold): settings held; its dense mode sizes the tables' memory, and the settings chosen
+    keep them."""
     fast = eager(system, model) or not settings
     tb = model.tables
     D, L = system.num_chips, system.domain_size
@@ -98,6 +100,8 @@ def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool 
     buffers = 4.0 * (B / D) * pooled * 4.0
     for mode, dense in zip(("replicated", "hybrid", "fully_sharded"), q["dense"]):
         if mode == "hybrid" and system.uneven_domains:  # hybrid needs equal domains (plan.validate_plan)
+            continue
+        if hold is not None and hold.as_dict().get("dense", mode) != mode:
             continue
         dense = float(dense)
         dense_mode = mode
@@ -221,16 +225,18 @@ def greedy_plan(system: System, model: RankingModel, masks=None, settings: bool 
 
     base = Plan(tables={n: tables[n] for n in names}, dense=dense_mode,
                 offload=bool(float(system.offload.engines) > 0), pipeline=True, grad_buckets=4, overlap_chunks=1)
+    if hold is not None:
+        base = hold.apply(base)
     if not settings:
         return base
-    return _best_settings(*(numpy_problem or (system, model)), base, fast)
+    return best_settings(*(numpy_problem or (system, model)), base, fast, hold)
 
 
-def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False) -> Plan:
+def best_settings(system: System, model: RankingModel, base: Plan, eager: bool = False, hold=None) -> Plan:
     """Keep the table placement; choose dense parallelism, collective algorithms, gradient buckets
     and overlap chunks by evaluating every combination in one vmapped call (fastest feasible wins,
     first in enumeration order on ties, so the choice is deterministic). eager: scored in numpy
-    (score.score_pairs)."""
+    (score.score_pairs). hold (plan.Hold): only combinations that keep the held settings."""
     candidates = []
     # hybrid on one level is fully sharded; on unequal domains it does not exist (plan.validate_plan)
     modes = [m for m in DENSE_MODES if m != "hybrid" or has_hybrid(system)]
@@ -239,6 +245,12 @@ def _best_settings(system: System, model: RankingModel, base: Plan, eager: bool 
         algos = dict(base.algorithms, all_reduce=ar, all_to_all=a2a)
         candidates.append(dataclasses.replace(base, dense=dense, algorithms=algos, grad_buckets=buckets,
                                               overlap_chunks=chunks))
+    if hold:                 # each combination with the held settings, once (the first of equals kept)
+        key = lambda c: (c.dense, tuple(sorted(c.algorithms.items())), c.grad_buckets, c.overlap_chunks)
+        held = {}
+        for c in (hold.apply(c) for c in candidates):
+            held.setdefault(key(c), c)
+        candidates = list(held.values())
     scores = score_settings(system, model, candidates, plan_arrays(base, system, model), eager=eager)
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base

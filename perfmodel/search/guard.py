@@ -36,7 +36,8 @@ import numpy as np
 
 from ..cost.arrays import as_numpy, xp_of
 from ..config import ConfigError, Num, check_number, read_file
-from ..hardware import System, _pytree, static
+from ..hardware import System
+from ..pytree import pytree, static
 from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan, TablePlan, cw_options, plan_arrays, stack
 from ..workload import RankingModel
 from .pack import rebalance
@@ -49,7 +50,7 @@ TOLERANCE = 1e-5         # relative: float32 sums of a plan's shard costs meet a
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class ShardCosts:
     """Per-shard costs of another cost model, seconds (T tables, D devices, L devices per scale-up

@@ -8,15 +8,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..evaluate import evaluate
-from ..plan import PRECISIONS, Plan, to_arrays
+from ..plan import PRECISIONS, Plan
 from .baselines import Evolutionary, Random
 from .exact import exact_plan
 from .greedy import greedy_plan
 from ..interop.hugectr import as_recipe, hugectr_plan, with_run_settings
 from .pipeline import Gradient, Options
 
-METHODS = ("gradient", "greedy", "random", "evolutionary", "exact", "hugectr")
-SAMPLERS = ("random", "evolutionary")     # methods that sample until their budget is spent
 
 
 @dataclass(frozen=True)
@@ -81,23 +79,56 @@ class HugeCTR(Greedy):
         return OnePass(plan, float(evaluate(p.system, p.model, plan).step_s), {"planner": str(r)})
 
 
+@dataclass(frozen=True)
+class Spec:
+    """A method's traits, read wherever a search's wrappers must know what a method does (no code
+    outside this registry tests a method's name)."""
+
+    name: str
+    build: object                # (recipe name, start, options, problem) -> a driver.Method
+    scores: bool = False         # its plan is the candidate of least score: an objective over draws, the
+                                 # planners' starts and the never-worse rule apply (one.py)
+    samples: bool = False        # samples until its budget is spent (random, evolutionary)
+    refines: bool = False        # takes a start plan and improves it (co-design hands it its last plan)
+    guarded: bool = False        # searches under a guard's cap
+    exact: bool = False          # a MILP of small instances (its admissibility is checked first)
+
+    @property
+    def profile(self) -> bool:
+        """It records an anytime profile (a method that builds its plan by its own rule does not)."""
+        return self.scores
+
+
+def _evolutionary(name, start, options, problem, seeds=()):
+    plans = list(seeds) or [start if start is not None else greedy_plan(problem.system, problem.model, problem.masks)]
+    return Evolutionary([problem.arrays(q) for q in plans])
+
+
+REGISTRY = {s.name: s for s in (
+    Spec("gradient", lambda name, start, options, problem, seeds=(): Gradient(options), scores=True, refines=True,
+         guarded=True),
+    Spec("greedy", lambda name, start, options, problem, seeds=(): Greedy(start)),
+    Spec("random", lambda name, start, options, problem, seeds=(): Random(), scores=True, samples=True),
+    Spec("evolutionary", _evolutionary, scores=True, samples=True, refines=True),
+    Spec("exact", lambda name, start, options, problem, seeds=(): Exact(start), exact=True),
+    Spec("hugectr", lambda name, start, options, problem, seeds=(): HugeCTR("auto" if name == "hugectr" else name)),
+)}
+METHODS = tuple(REGISTRY)
+SAMPLERS = tuple(n for n, s in REGISTRY.items() if s.samples)     # methods that sample until their budget is spent
+OBJECTIVE_METHODS = tuple(n for n, s in REGISTRY.items() if s.scores)
+
+
 def is_method(name: str) -> bool:
     """`name` is a method: one of METHODS, or hugectr with a recipe (hugectr:PLAN[:RATIO[:THRESHOLD_GB]])."""
-    return name in METHODS or str(name).startswith("hugectr:")
+    return name in REGISTRY or str(name).startswith("hugectr:")
 
 
-def method(name: str, start: Plan | None, options: Options, problem) -> object:
-    """The method called `name`, for a search from `start` (None: greedy's plan)."""
-    if name.startswith("hugectr"):
-        return HugeCTR("auto" if name == "hugectr" else name)
-    if name == "gradient":
-        return Gradient(options)
-    if name == "greedy":
-        return Greedy(start)
-    if name == "exact":
-        return Exact(start)
-    if name == "random":
-        return Random()
-    seeds = [to_arrays(start if start is not None else greedy_plan(problem.system, problem.model, problem.masks),
-                       problem.system, problem.model)]
-    return Evolutionary(seeds)
+def spec(name: str) -> Spec:
+    """The traits of method `name` (a hugectr recipe is the hugectr method's)."""
+    return REGISTRY["hugectr" if str(name).startswith("hugectr:") else name]
+
+
+def method(name: str, start: Plan | None, options: Options, problem, seeds=()) -> object:
+    """The method called `name`, for a search from `start` (None: greedy's plan); seeds: the plans a
+    population starts with (starts.starts)."""
+    return spec(name).build(name, start, options, problem, seeds)

@@ -29,19 +29,38 @@ COLUMNS = ("t", "st", "devs", "k", "dom", "cache")
 def table_batch(pa: PlanArrays, t, st, devs, k, dom, cache):
     """Batch of plans, each with table t[i] set to type st[i] on the devices devs[i] (a row of
     CW_MOVE_SHARDS, padded with -1: table-wise one device, column-wise k[i] of them, an equal share
-    each), domain dom[i], cache ratio cache[i]."""
+    each; row-wise with k[i] >= 2 over a subset, the blocks of k[i] devices from each of devs[i],
+    an equal share each), domain dom[i], cache ratio cache[i]. Where pa carries row_shards (the
+    search's arrays) the table's is set too: a subset's partial sums per sample (plan.row_partials,
+    D where every device holds it), else D."""
     def one(t, st, devs, k, dom, cache):
-        D = pa.placement.shape[1]
+        D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
         cw = (st == CW).astype(jnp.float32)
-        on = jax.nn.one_hot(devs, D).sum(0)            # one_hot(-1) is all zeros
-        return dataclasses.replace(
+        sub = (st == RW) & (k >= 2)
+        dev = jnp.arange(D)
+        blocks = ((dev[None, :] >= devs[:, None]) & (dev[None, :] < devs[:, None] + k)
+                  & (devs[:, None] >= 0)).any(0).astype(jnp.float32)
+        on = jnp.where(sub, blocks, jax.nn.one_hot(devs, D).sum(0))      # one_hot(-1) is all zeros
+        out = dataclasses.replace(
             pa,
             shard_type=pa.shard_type.at[t].set(jax.nn.one_hot(st, 5)),
             placement=pa.placement.at[t].set(on / jnp.maximum(on.sum(), 1.0)),
-            domain_placement=pa.domain_placement.at[t].set(jax.nn.one_hot(dom, pa.domain_placement.shape[1])),
+            domain_placement=pa.domain_placement.at[t].set(jax.nn.one_hot(dom, H)),
             cw_shards=pa.cw_shards.at[t].set(1.0 + cw * (k - 1.0)),
             cache_ratio=pa.cache_ratio.at[t].set(cache),
         )
+        if pa.row_shards is None:
+            return out
+        # row_partials: one per domain where the devices are two or more whole domains (not all),
+        # else one per device (the search makes subsets on systems of equal domains only)
+        n = on.sum()
+        partials = n
+        if D % H == 0:
+            per_domain = on.reshape(H, D // H).sum(1)
+            whole = jnp.all((per_domain == 0) | (per_domain == D // H))
+            domains = (per_domain > 0).sum().astype(jnp.float32)
+            partials = jnp.where(whole & (domains >= 2), domains, n)
+        return dataclasses.replace(out, row_shards=pa.row_shards.at[t].set(jnp.where(sub & (n < D), partials, D)))
     return jax.vmap(one)(t, st, devs, k, dom, cache)
 
 
@@ -98,7 +117,8 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
     """The table moves a round scores: every table to every device (exhaustive), or the tables on
     the hot devices and the heaviest others to the cold devices; for each, column-wise splits on a
     destination and the devices of least compute, row-wise, data-parallel, table-row-wise on the
-    emptiest domains, and (over capacity) a smaller cache ratio."""
+    emptiest domains, row-wise over subsets of blocks (row_blocks), and (over capacity) a smaller
+    cache ratio."""
     names = p.model.tables.names
     T, D, H, L = p.T, p.D, p.H, p.L
     infeasible = bool((memory > cap).any())
@@ -116,11 +136,12 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
         dests = cold
     c = {k: [] for k in COLUMNS}
 
-    def add(t, st, devs=(0,), dom=0, cache=1.0):
+    def add(t, st, devs=(0,), dom=0, cache=1.0, k=None):
         c["t"].append(t), c["st"].append(st), c["devs"].append(list(devs) + [-1] * (CW_MOVE_SHARDS - len(devs)))
-        c["k"].append(len(devs) if st == CW else 1), c["dom"].append(dom), c["cache"].append(cache)
+        c["k"].append(k if k is not None else len(devs) if st == CW else 1), c["dom"].append(dom), c["cache"].append(cache)
     ok = p.allowed
     dom_load = p.domain_loads(memory)
+    subsets = row_blocks(p, memory, exhaustive)
     for t in src_tables:
         cache = plan.tables[names[t]].cache_ratio
         if ok[t, TW]:
@@ -133,20 +154,63 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
                     devs = [int(d)] + [int(x) for x in light if x != d][: k - 1]
                     if len(devs) == k and not (cur_type[t] == CW and sorted(devs) == sorted(ranks[t])):
                         add(t, CW, devs, cache=cache)
-        if ok[t, RW] and cur_type[t] != RW:
+        whole_rw = cur_type[t] == RW and len(ranks[t]) == D
+        if ok[t, RW] and not whole_rw:
             add(t, RW, cache=cache)
+        if ok[t, RW]:
+            for u, firsts in subsets:
+                if not (cur_type[t] == RW and subset_ranks(firsts, u) == sorted(ranks[t])):
+                    add(t, RW, firsts, cache=cache, k=u)
         if ok[t, DP] and cur_type[t] != DP:
             add(t, DP)
         if ok[t, TWRW] and H > 1:
             for h in np.argsort(dom_load)[: min(H, 4)]:
                 add(t, TWRW, dom=int(h), cache=cache)
-        if infeasible and cur_type[t] in (TW, CW, RW, TWRW) and len(ranks[t]) <= CW_MOVE_SHARDS:
+        if infeasible and cur_type[t] in (TW, CW, RW, TWRW) and len(ranks[t]) <= CW_MOVE_SHARDS and not (
+                cur_type[t] == RW and len(ranks[t]) < D):
             for ratio in (0.5, 0.2, 0.05):
                 if ratio < cache:
                     add(t, int(cur_type[t]), ranks[t] if cur_type[t] in (TW, CW) else (0,), ranks[t][0] // L, ratio)
     if not c["t"]:
         return empty_moves()
     return p.admissible({k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()})[0]
+
+
+def subset_ranks(firsts, u: int) -> list[int]:
+    """The ranks of the blocks of u devices from each of `firsts` (-1: none), sorted."""
+    return sorted(r for f in firsts if f >= 0 for r in range(int(f), int(f) + int(u)))
+
+
+def row_blocks(p: Problem, memory, every: bool) -> list[tuple[int, list[int]]]:
+    """Row-wise subsets a table move may make (Problem.row_subsets), as (block size u, the blocks'
+    first devices): for each (u, m), the m blocks of least memory; every: also each aligned run of
+    m blocks (on a small instance, where every move is scored)."""
+    out, seen = [], set()
+    for u, m in p.row_subsets:
+        load = p.block_loads(memory, u)
+        sets = [np.sort(np.argsort(load, kind="stable")[:m])]
+        if every:
+            sets += [np.arange(j, j + m) for j in range(0, len(load) - m + 1, m)]
+        for blocks in sets:
+            key = (u, tuple(int(b) for b in blocks))
+            if key not in seen:
+                seen.add(key)
+                out.append((u, [int(b) * u for b in blocks]))
+    return out
+
+
+def move_ranks(p: Problem, c: dict, i: int) -> list[int]:
+    """The ranks table move i of c puts its table on."""
+    st, devs = int(c["st"][i]), c["devs"][i]
+    if st == TW:
+        return [int(devs[0])]
+    if st == CW:
+        return sorted(int(d) for d in devs if d >= 0)
+    if st == TWRW:
+        return p.domain_ranks(int(c["dom"][i]))
+    if st == RW and int(c["k"][i]) >= 2:
+        return subset_ranks(devs, int(c["k"][i]))
+    return list(range(p.D))
 
 
 def swaps(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -174,25 +238,30 @@ def swaps(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) -> tuple
 
 
 def setting_changes(p: Problem, plan: Plan) -> list[Plan]:
-    """Every plan one setting away from `plan` (none when the settings are frozen)."""
+    """Every plan one setting away from `plan` (none when the settings are frozen; none that
+    changes a held setting)."""
     if p.freeze_settings:
         return []
-    masks, out = p.masks, []
-    for m, mode in enumerate(DENSE_MODES):
-        if mode != plan.dense and masks.dense[m] > -1:
-            out.append(dataclasses.replace(plan, dense=mode))
-    for kind in COLLECTIVES:
+    masks, out, held = p.masks, [], p.hold
+    if "dense" not in held:
+        for m, mode in enumerate(DENSE_MODES):
+            if mode != plan.dense and masks.dense[m] > -1:
+                out.append(dataclasses.replace(plan, dense=mode))
+    for kind in (k for k in COLLECTIVES if k not in held):
         for a in ALLOWED_ALGORITHMS[kind]:
             if a != plan.algorithms.get(kind):
                 out.append(dataclasses.replace(plan, algorithms=dict(plan.algorithms, **{kind: a})))
     for name, mask in (("a2a_precision", masks.a2a), ("grad_precision", masks.grad)):
         for i, prec in enumerate(PRECISIONS):
-            if mask[i] > -1 and prec != getattr(plan, name):
+            if name not in held and mask[i] > -1 and prec != getattr(plan, name):
                 out.append(dataclasses.replace(plan, **{name: prec}))
-    out += [dataclasses.replace(plan, grad_buckets=b) for b in (1, 2, 4, 8, 16, 32) if b != plan.grad_buckets]
-    out += [dataclasses.replace(plan, overlap_chunks=c) for c in (1, 2, 4, 8) if c != plan.overlap_chunks]
-    out.append(dataclasses.replace(plan, pipeline=not plan.pipeline))
-    if masks.has_engines:
+    if "grad_buckets" not in held:
+        out += [dataclasses.replace(plan, grad_buckets=b) for b in (1, 2, 4, 8, 16, 32) if b != plan.grad_buckets]
+    if "overlap_chunks" not in held:
+        out += [dataclasses.replace(plan, overlap_chunks=c) for c in (1, 2, 4, 8) if c != plan.overlap_chunks]
+    if "pipeline" not in held:
+        out.append(dataclasses.replace(plan, pipeline=not plan.pipeline))
+    if masks.has_engines and "offload" not in held:
         out.append(dataclasses.replace(plan, offload=not plan.offload))
     return out
 
@@ -248,17 +317,8 @@ def mixed(p: Problem, plan: Plan, pa, c: dict, a: np.ndarray, b: np.ndarray, set
 def moved(p: Problem, plan: Plan, c: dict, i: int) -> Plan:
     """The Plan of table move i of c."""
     t, st = int(c["t"][i]), int(c["st"][i])
-    if st == TW:
-        ranks = [int(c["devs"][i][0])]
-    elif st == CW:
-        ranks = sorted(int(d) for d in c["devs"][i] if d >= 0)
-    elif st == TWRW:
-        h = int(c["dom"][i])
-        ranks = p.domain_ranks(h)
-    else:
-        ranks = list(range(p.D))
     tables = dict(plan.tables)
-    tables[p.model.tables.names[t]] = TablePlan(SHARDING_TYPES[st], ranks, float(c["cache"][i]))
+    tables[p.model.tables.names[t]] = TablePlan(SHARDING_TYPES[st], move_ranks(p, c, i), float(c["cache"][i]))
     return dataclasses.replace(plan, tables=tables)
 
 
@@ -275,8 +335,9 @@ def swapped(p: Problem, plan: Plan, a: int, b: int) -> Plan:
 def kick(p: Problem, plan: Plan, rng: np.random.Generator) -> Plan:
     """A perturbed copy: max(2, T / 8) random tables each given a random allowed sharding type and
     placement (table-wise on a random device, column-wise in k shards on k random devices, k one of
-    cw_moves, table-row-wise in a random domain, row-wise, data-parallel)."""
-    names, D, L = p.model.tables.names, p.D, p.L
+    cw_moves, table-row-wise in a random domain, row-wise over every device or, as often where the
+    system has them, over m random blocks of one of row_subsets, data-parallel)."""
+    names, D = p.model.tables.names, p.D
     lim = p.limits
     tables = dict(plan.tables)
     for t in rng.choice(p.T, size=min(max(2, p.T // 8), p.T), replace=False):
@@ -296,6 +357,11 @@ def kick(p: Problem, plan: Plan, rng: np.random.Generator) -> Plan:
         elif st == TWRW:
             h = int(rng.integers(p.H)) if lim is None else int(rng.choice(np.flatnonzero(lim.domains[t] > 0)))
             ranks = p.domain_ranks(h)
+        elif st == RW and p.row_subsets and rng.random() < 0.5:
+            u, m = p.row_subsets[int(rng.integers(len(p.row_subsets)))]
+            blocks = [b for b in range(D // u) if lim is None or (lim.devices[t, b * u:(b + 1) * u] > 0).all()]
+            ranks = subset_ranks([b * u for b in rng.choice(blocks, size=m, replace=False)], u) \
+                if len(blocks) >= m else list(range(D))
         else:
             ranks = list(range(D))
         tables[names[t]] = TablePlan(SHARDING_TYPES[st], ranks, cache)

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..plan import Plan, from_arrays, to_arrays
+from ..plan import Plan, from_arrays
 from . import adam
 from . import descent as ds
 from . import moves as mv
@@ -86,6 +86,8 @@ class Options:
     rank: bool = True                # first-order ranked moves on large instances
     population: bool = True          # a small instance's population phase
     start: Plan | None = None        # the plan to refine (default: greedy's)
+    seeds: tuple = ()                # ((name, plan), ...): the planners' plans (starts.py); the best is the
+                                     # start, and all of them join the population
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class State:
     pop_gained: int = 0              # the last generation that lowered the population's best
     evolved: Plan | None = None      # the population's best plan, a basin of the start's race
     starts: tuple = ()               # the names of the start race's plans, by origin
+    seeds: tuple = ()                # the planners' plans (Options.seeds), the start's first
     batch: Batch | None = None
     batches: int = 0                 # relaxed batches begun
     batch_began: int = 0             # the round (budget.used) at which the last batch began
@@ -147,10 +150,20 @@ class Gradient:
         """Greedy's plan (or the start), under a guard also its choices packed on the guard's
         costs; on a small instance their best compound move, all scored in numpy (score.eager), so
         that they are held before any program is compiled."""
-        greedy = self.o.start if self.o.start is not None else greedy_plan(p.system, p.model, p.masks)
+        notes, seeds = {}, ()
+        if self.o.seeds:            # the planners' plans: the best (least score, then tie-broken) is the start
+            rated = [(float(d[5]), float(d[0]), name, plan) for name, plan in self.o.seeds
+                     for d in [p.details(plan, eager=p.eager)]]
+            best = min(range(len(rated)), key=lambda i: rated[i][:2])
+            greedy = rated[best][3]
+            seeds = tuple(plan for *_, plan in [rated[best]] + rated[:best] + rated[best + 1:])
+            notes = {"best_start": rated[best][2]}
+        else:
+            greedy = p.held(self.o.start if self.o.start is not None else greedy_plan(p.system, p.model, p.masks,
+                                                                                          hold=p.hold))
         within = packed_start(p, greedy) if p.guard is not None else None
         s = State(phase="start", best_plan=greedy, best=float("inf"), greedy=greedy, seed=seed, within=within,
-                  planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)))
+                  planned=int(np.clip(KICK_WORK / (p.T * p.D), 2, 30)), seeds=seeds, notes=notes)
         left = budget.left()
         generations = GENERATIONS if left is None else min(GENERATIONS, left // 2)
         if self.o.population and p.exhaustive and not p.freeze_settings \
@@ -174,7 +187,7 @@ class Gradient:
         greedy, early = s.greedy, s.early
         tie, _, memory, _, _, greedy_score = p.details(greedy)
         greedy_score = float(greedy_score)
-        start, start_tie, start_step, name = greedy, float(tie), greedy_score, "greedy"
+        start, start_tie, start_step, name = greedy, float(tie), greedy_score, s.notes.get("best_start", "greedy")
         packed = _repacked(p, greedy, start_tie, memory)
         if packed is not None:
             (start, start_tie, start_step), name = packed, "repacked"
@@ -231,20 +244,20 @@ class Gradient:
         """A generation a round (the first population the first round); the best plan after the
         last joins the start's race."""
         if s.pop is None:
-            seeds = [s.greedy] + ([s.within] if s.within is not None else [])
-            pop = Evolutionary([to_arrays(q, p.system, p.model) for q in seeds]).init(p, s.seed, budget)
+            seeds = list(s.seeds or [s.greedy]) + ([s.within] if s.within is not None else [])
+            pop = Evolutionary([p.arrays(q) for q in seeds]).init(p, s.seed, budget)
         else:
             pop = Evolutionary().step(p, s.pop, budget)
         generation = pop.rounds
         if s.pop is not None and pop.best < s.pop.best * ds.LOWER:
             s = dataclasses.replace(s, pop_gained=generation)
         if pop.best < s.best * ds.LOWER:        # held as it comes: a search cut now returns it
-            s = _better(s, from_arrays(pop.best_pa, p.system, p.model), pop.best)
+            s = _better(s, p.held(from_arrays(pop.best_pa, p.system, p.model)), pop.best)
         if generation < s.generations and generation - s.pop_gained < STALL:
             return dataclasses.replace(s, pop=pop)
         notes = dict(s.notes, generations=generation, population_s=pop.best)
-        return dataclasses.replace(s, phase="start", pop=None, evolved=from_arrays(pop.best_pa, p.system, p.model),
-                                   notes=notes)
+        return dataclasses.replace(s, phase="start", pop=None,
+                                   evolved=p.held(from_arrays(pop.best_pa, p.system, p.model)), notes=notes)
 
     def _start(self, p, s, budget) -> State:
         if s.race is None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cost.arrays import as_numpy
 from ..hardware import System
-from ..plan import CW, DP, TWRW, Masks, Plan, admissible, domain_ranks, plan_arrays, stack
+from ..plan import CW, DP, TWRW, Hold, Masks, Plan, held_arrays, admissible, domain_ranks, plan_arrays, stack
 from ..workload import RankingModel
 from . import score as sc
 
@@ -23,6 +23,8 @@ GROUP_MAX = 32        # compound moves on large instances: up to this many table
 CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
 SPLIT_WIDTHS = (2, 4, 8)   # column-wise splits: shards per table, on aligned blocks
 SPLIT_TWRW = 4        # ... with up to this many of the heaviest other tables table-row-wise
+ROW_BLOCKS = (1, 2, 4, 8)  # row-wise over a subset: this many blocks (HugeCTR's hier_auto splits a table
+                           # over a power of two of nodes; at most CW_MOVE_SHARDS, the blocks a move lists)
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +38,7 @@ class Problem:
     limits: object = None                # plan.Limits: plans that break them score as VIOLATED
     draws: object = None                 # uncertainty.robust.Draws: a feasible plan scores the objective's
                                          # quantile of its step over them (score.scores)
+    hold: Hold = Hold()                  # settings held (plan.hold): every plan scored and returned has them
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -45,6 +48,7 @@ class Problem:
     in_program: bool = field(init=False)     # compound moves and setting changes built in a program
     eager: bool = field(init=False)          # the start scored in numpy (score.eager)
     cw_moves: list = field(init=False)       # per table, the column-wise shard counts a move may use
+    row_subsets: tuple = field(init=False)   # (block size u, blocks m) of the row-wise subsets moves make
     weight: np.ndarray = field(init=False)   # per table, the bytes per sample it moves
     small: np.ndarray = field(init=False)    # tables smallest first (bytes)
     heavy: np.ndarray = field(init=False)    # tables heaviest first (weight)
@@ -66,6 +70,8 @@ class Problem:
         # the objective's draws are priced in the compiled scorer only
         put("eager", sc.eager(system, model) and self.draws is None)
         put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
+        # a guard prices TorchRec's shapes, and TorchRec has no row-wise subset of several blocks
+        put("row_subsets", row_subsets(system) if self.guard is None else ())
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
         tb = jax.tree_util.tree_map(np.asarray, model.tables)
@@ -83,7 +89,17 @@ class Problem:
 
     # ------------------------------------------------------------------ scoring
     def arrays(self, plan: Plan, tables=None):
-        return plan_arrays(plan, self.system, self.model, tables)
+        """The search's arrays of a plan with the held settings: numpy, row_shards always carried
+        (plan.with_rows)."""
+        return plan_arrays(self.held(plan), self.system, self.model, tables, rows=True)
+
+    def held(self, plan: Plan) -> Plan:
+        """`plan` with the held settings (plan.hold)."""
+        return self.hold.apply(plan)
+
+    def block_loads(self, x, u: int) -> np.ndarray:
+        """[D / u]: a [D] per-device quantity summed over each aligned block of u devices."""
+        return np.asarray(x).reshape(self.D // u, u).sum(1)
 
     def domain_ranks(self, h: int) -> list[int]:
         """The ranks of scale-up domain h (a partial last one holds fewer)."""
@@ -102,6 +118,7 @@ class Problem:
         """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
         plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
         no plan changes, carries the batch axis; the scores float32, as compiled)."""
+        pa = held_arrays(self.hold, pa, batched=False)
         if not eager or self.draws is not None:      # the objective's draws: compiled only
             return tuple(np.asarray(x) for x in
                          sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6])
@@ -116,6 +133,7 @@ class Problem:
 
     def score(self, pa) -> float:
         """Tie-broken score of a plan's arrays."""
+        pa = held_arrays(self.hold, pa, batched=False)
         return float(sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[0])
 
     def breakdown(self, plan: Plan):
@@ -125,6 +143,7 @@ class Problem:
     def pairs(self, batch, eager: bool = False) -> np.ndarray:
         """[2, n] hard and tie-broken scores of a batch under this problem's guard (and objective's
         draws: compiled, max_batch plans a call); eager: in numpy."""
+        batch = held_arrays(self.hold, batch, batched=True)
         if self.draws is not None:
             return sc.score_pairs(self.system, self.model, batch, self.guard, False, self.limits, self.draws,
                                   self.max_batch)
@@ -144,10 +163,29 @@ class Problem:
         return admissible(self.limits, c)
 
     def with_settings_of(self, base: Plan):
-        """plan -> plan with `base`'s settings when the settings are frozen (else as it is)."""
+        """plan -> plan with `base`'s settings when the settings are frozen, with the held ones in
+        any case."""
         if not self.freeze_settings:
-            return lambda p: p
-        return lambda p: dataclasses.replace(base, tables=p.tables)
+            return self.held
+        return lambda p: self.held(dataclasses.replace(base, tables=p.tables))
+
+
+def row_subsets(system: System) -> tuple[tuple[int, int], ...]:
+    """The row-wise subsets a move may make, as (block size u, blocks m): a table's rows over m
+    aligned blocks of u devices, every device of each, fewer than all devices. The blocks are whole
+    scale-up domains (m >= 2: each domain reduces its partial sums first, as HugeCTR's hier_auto
+    plans run; one domain is table_row_wise) or whole hosts where a host is not a domain (hier_auto
+    splits over hosts: GB200 NVL72's hosts of 4 inside a domain of 72, PCIe hosts of two domains).
+    None on a system whose last domain is partial (its blocks would not be alike)."""
+    D, L, host = system.num_chips, system.domain_size, system.chips_per_host
+    if system.uneven_domains or D < 4:
+        return ()
+    out = []
+    for u in sorted({L, host}):
+        if u < 2 or D % u:
+            continue
+        out += [(u, m) for m in ROW_BLOCKS if (m >= 2 or u != L) and m * u < D]
+    return tuple(out)
 
 
 def _replicated(p: Problem) -> np.ndarray:

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import System, _pytree
+from ..hardware import System
+from ..pytree import pytree
 from ..plan import (ALGORITHMS, COLLECTIVES, CW, DENSE_MODES, DP, NEG, PRECISIONS, SHARDING_TYPES, Masks, Plan,
                     PlanArrays, TablePlan, build, table_ranks)
 from ..workload import RankingModel
@@ -28,7 +29,7 @@ from ..workload import RankingModel
 MAX_BUCKETS, MAX_CHUNKS = 64.0, 16.0
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class SoftParams:
     type_logits: jax.Array

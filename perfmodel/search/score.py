@@ -123,7 +123,7 @@ def is_exhaustive(system: System, model: RankingModel) -> bool:
 def in_program(system: System, model: RankingModel) -> bool:
     """Whether batches of compound moves and setting changes are built in compiled programs: when a
     batch's table arrays (batch_size plans) take more than PROGRAM_BATCH_BYTES."""
-    T, D, L = model.tables.count, system.num_chips, system.domain_size
+    T, D = model.tables.count, system.num_chips
     return batch_size(system, model) * T * (5 + D + system.num_domains + 2) * 4 > PROGRAM_BATCH_BYTES
 
 
@@ -192,8 +192,8 @@ def with_settings(pa: PlanArrays, settings: dict, xp=jnp):
     plan.settings_arrays, stacked). xp: jax.numpy (in a compiled program, where the tables are
     broadcast rather than sent once per plan) or numpy."""
     n = len(settings["offload"])
-    return build({f: xp.broadcast_to(getattr(pa, f)[None], (n,) + np.shape(getattr(pa, f))) for f in TABLE_FIELDS},
-                 settings)
+    wide = lambda x: None if x is None else xp.broadcast_to(x[None], (n,) + np.shape(x))
+    return build({f: wide(getattr(pa, f)) for f in TABLE_FIELDS}, settings, row_shards=wide(pa.row_shards))
 
 
 def _settings_in_program(pa: PlanArrays, settings: dict):

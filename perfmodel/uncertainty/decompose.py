@@ -12,14 +12,16 @@ n base draws cost n x (d + 2) evaluations, one vectorized call per chunk (propag
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..config import ConfigError
 from ..evaluate import resolve
+from ..hardware import architecture
 from .inputs import inputs_of
-from .propagate import ModelError, _plan_arrays, check_seed, evaluate_draws, model_error_of, values_of
+from .propagate import ModelError, plan_arrays_of, check_seed, evaluate_draws, model_error_of, values_of
 
 MODEL_ERROR_NAME = "model's own error"
 DEFAULT_BASE = 256
@@ -63,10 +65,13 @@ def sources(system, model, plan, figure: str = "step_s", n: int = DEFAULT_BASE, 
         raise ConfigError("", "figure", f"must be one of {', '.join(FIGURES)}, got {figure!r}")
     n, seed = check_base(n), check_seed(seed)
     system, model, plan = resolve(system, model, plan, plan_required=True)
-    pa, _ = _plan_arrays(system, model, plan)
+    pa, _ = plan_arrays_of(system, model, plan)
     me = model_error_of(model_error)
     ins = inputs_of(system, model)
-    with_err = me.sigma > 0
+    family = architecture(system)
+    err_mean, within, between = me.spread(family)
+    err_sd = math.hypot(within, between)
+    with_err = err_sd > 0
     d = len(ins) + with_err
     if d == 0:
         raise ConfigError("", "system", f"{system.name} has no uncertain input (a system built in code has no files)")
@@ -77,7 +82,7 @@ def sources(system, model, plan, figure: str = "step_s", n: int = DEFAULT_BASE, 
         figs = evaluate_draws(system, model, pa, ins, values_of(ins, u[:, :len(ins)]), progress=None)
         y = np.log(figs[figure])
         if with_err:
-            y = y + sign * me.eps(u[:, -1])
+            y = y + sign * me.eps(u[:, -1], family)
         return y
 
     total_points = n * (d + 2)
@@ -93,8 +98,9 @@ def sources(system, model, plan, figure: str = "step_s", n: int = DEFAULT_BASE, 
     out = [Source(i.name, i.label, i.provenance, i.unit, i.value, i.lo, i.hi, float(first[k]), float(total[k]))
            for k, i in enumerate(ins)]
     if with_err:
-        out.append(Source(MODEL_ERROR_NAME, f"ln(measured / modelled) ~ Normal({me.mean:.3f}, {me.sigma:.3f}), "
-                          f"from {me.rows} runs", "validation", "", 0.0, me.mean - me.sigma, me.mean + me.sigma,
+        how = "" if me.fitted(family) else f", {family} outside the fitted families"
+        out.append(Source(MODEL_ERROR_NAME, f"ln(measured / modelled) ~ Normal({err_mean:.3f}, {err_sd:.3f}), "
+                          f"from {me.rows} runs{how}", "validation", "", 0.0, err_mean - err_sd, err_mean + err_sd,
                           float(first[-1]), float(total[-1])))
     return sorted(out, key=lambda s: -s.total)
 

@@ -7,16 +7,21 @@ vectorized call at the plan each point uses, and the model's own error from vali
 
 The model's own error. Validation (validate/steps.py) scores the model at each measured run's own
 plan (modelerror.py): at those rows the inputs are drawn as here, and the log errors of the measured
-steps against the drawn steps' centre have a mean (the model's bias) and a spread. Part of that
-spread is the inputs' own, so the error added here is what is left: sigma^2 = the errors' variance -
-the mean variance the inputs give at the same rows (model_error.json, written by `perfmodel
-uncertainty --fit-model-error`; a test recomputes it). A draw's step is the modelled step x
-exp(eps), eps ~ Normal(mean, sigma), one eps per machine type: the validation's errors differ from
-one machine to another, and the runs of one machine at several sizes and batches err alike (the
-4 x H100 boards' three runs by 14-21 %, the 8 and 64 x H100 with SHARP by 6-9 %), so two machines'
-errors are drawn apart, and one machine's sizes, plans and variants (the systems built from the same
-files) share theirs. The error applies to the figures that scale with the step (step, samples/s,
-cost and energy per sample); memory and its feasibility carry the inputs' spread only.
+steps against the drawn steps' centre are fitted by chip family (hardware.architecture: ampere,
+hopper, ...): each fitted family's mean (its bias), the spread within a family beyond the inputs'
+own (sigma^2 = the errors' variance about their family's mean - the mean variance the inputs give at
+the same rows), and the spread of carrying the fit to another family (transfer_sigma, from leave-one-
+generation-out: each family's rows predicted by the parameters fitted on the others). A machine of a
+fitted family draws eps ~ Normal(its family's mean, sigma); a machine of any other family (MTIA 300,
+Gaudi 3, Blackwell) draws eps ~ Normal(0, transfer_sigma): the sign of a new generation's error is not
+known, so a bias learned on the fitted families is no shift there, only spread (model_error.json,
+written by `perfmodel uncertainty --fit-model-error --out FILE`; a test recomputes it). A draw's step
+is the modelled step x exp(eps), one eps per machine type: the runs of one machine at several sizes
+and batches err alike, so two machines' errors are drawn apart, and one machine's sizes, plans and
+variants (the systems built from the same files) share theirs; two machine types of one unfitted
+family share the part of their error between families. The error applies to the figures that scale
+with the step (step, samples/s, cost and energy per sample); memory and its feasibility carry the
+inputs' spread only.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 from ..cache import jit
 from ..config import DATA_DIR, ConfigError
 from ..evaluate import evaluate, resolve
-from ..hardware import System
+from ..hardware import System, architecture
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
 from .inputs import Input, as_applied, file_values, inputs_of, leaf_spec
@@ -69,22 +74,45 @@ def check_seed(seed, field_name: str = "seed") -> int:
 
 @dataclass(frozen=True)
 class ModelError:
-    """The model's own error at the runs' plans, on the log scale: ln(measured / modelled)."""
+    """The model's own error at the runs' plans, on the log scale: ln(measured / modelled), fitted by
+    chip family (module docstring). With no families (a ModelError built by hand) every machine
+    draws Normal(mean, sigma)."""
 
-    mean: float              # the bias: > 0 where the model runs fast
-    sigma: float             # the spread beyond the inputs' (what a draw adds)
-    residual_sigma: float    # the spread of the validation's log errors
+    mean: float              # the bias over every fitted row: > 0 where the model runs fast
+    sigma: float             # the spread within a family beyond the inputs' (what a draw adds)
+    residual_sigma: float    # the spread of the validation's log errors about their family's mean
     input_sigma: float       # the inputs' spread at the same rows (rms over rows)
     rows: int
+    families: tuple[tuple[str, float, int], ...] = ()    # (family, its mean error, its rows)
+    transfer_sigma: float = 0.0   # a family outside `families`: the spread beyond the inputs', about 0
 
-    def eps(self, u: np.ndarray) -> np.ndarray:
-        """Log errors at uniform quantiles `u` (0 < u < 1)."""
+    def spread(self, family: str | None = None) -> tuple[float, float, float]:
+        """(the mean, the spread within the family, the spread between families) a machine of
+        `family` draws its error from; the last is 0 for a fitted family."""
+        if not self.families:
+            return self.mean, self.sigma, 0.0
+        for name, mean, _ in self.families:
+            if name == family:
+                return mean, self.sigma, 0.0
+        return 0.0, self.sigma, math.sqrt(max(self.transfer_sigma ** 2 - self.sigma ** 2, 0.0))
+
+    def fitted(self, family: str | None) -> bool:
+        return not self.families or any(name == family for name, _, _ in self.families)
+
+    def eps(self, u: np.ndarray, family: str | None = None, u_between: np.ndarray | None = None) -> np.ndarray:
+        """Log errors of a machine of `family` at uniform quantiles `u` (0 < u < 1); `u_between`: the
+        quantiles of the part between families (shared by the machines of one family), else one
+        normal of both parts' spread."""
         from scipy.stats import norm
-        return self.mean + self.sigma * norm.ppf(u)
+        mean, within, between = self.spread(family)
+        if between == 0.0 or u_between is None:
+            return mean + math.hypot(within, between) * norm.ppf(u)
+        return mean + within * norm.ppf(u) + between * norm.ppf(u_between)
 
     def as_dict(self) -> dict:
         return {"mean": self.mean, "sigma": self.sigma, "residual_sigma": self.residual_sigma,
-                "input_sigma": self.input_sigma, "rows": self.rows}
+                "input_sigma": self.input_sigma, "rows": self.rows, "transfer_sigma": self.transfer_sigma,
+                "families": [{"family": f, "mean": m, "rows": n} for f, m, n in self.families]}
 
 
 NO_MODEL_ERROR = ModelError(0.0, 0.0, 0.0, 0.0, 0)
@@ -102,15 +130,46 @@ def model_error_of(model_error) -> ModelError:
     raise ConfigError("", "model_error", f"must be True, False or a ModelError, got {model_error!r}")
 
 
+def _number(d: dict, key: str, where: str, src: str, *, signed: bool = False, count: bool = False) -> float:
+    """d[key] checked: a finite number, >= 0 unless `signed`, a whole number if `count`; one
+    ConfigError naming the file and the field otherwise."""
+    what = "a whole number >= 0" if count else "a finite number" + ("" if signed else " >= 0")
+    if key not in d:
+        raise ConfigError(src, f"{where}{key}", f"is missing; it must be {what}")
+    x = d[key]
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and (signed or x >= 0) \
+        and (not count or float(x).is_integer())
+    if not ok:
+        raise ConfigError(src, f"{where}{key}", f"is {x!r}; it must be {what}")
+    return float(x)
+
+
 def load_model_error(path: str | Path | None = None) -> ModelError:
-    """The stored model error (MODEL_ERROR_FILE)."""
+    """The stored model error (MODEL_ERROR_FILE), checked: every number finite, spreads and counts
+    >= 0 (one ConfigError naming the file and the field)."""
     p = Path(path) if path is not None else MODEL_ERROR_FILE
     try:
         d = json.loads(p.read_text())
-        return ModelError(*(float(d[k]) for k in ("mean", "sigma", "residual_sigma", "input_sigma")), int(d["rows"]))
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(str(p), "", f"is not a model-error file ({err}); `perfmodel uncertainty "
-                          "--fit-model-error` writes it") from None
+                          "--fit-model-error --out FILE` writes one") from None
+    if not isinstance(d, dict):
+        raise ConfigError(str(p), "", "is not a model-error file (a JSON object of mean, sigma, ...)")
+    mean = _number(d, "mean", "", str(p), signed=True)
+    sig = [_number(d, k, "", str(p)) for k in ("sigma", "residual_sigma", "input_sigma")]
+    rows = int(_number(d, "rows", "", str(p), count=True))
+    transfer = _number(d, "transfer_sigma", "", str(p)) if "transfer_sigma" in d else 0.0
+    fams = d.get("families", [])
+    if not isinstance(fams, list):
+        raise ConfigError(str(p), "families", "must be a list of {family, mean, rows}")
+    families = []
+    for k, f in enumerate(fams):
+        where = f"families[{k}]."
+        if not isinstance(f, dict) or not isinstance(f.get("family"), str) or not f.get("family"):
+            raise ConfigError(str(p), f"families[{k}]", "must be {family: a name, mean, rows}")
+        families.append((f["family"], _number(f, "mean", where, str(p), signed=True),
+                         int(_number(f, "rows", where, str(p), count=True))))
+    return ModelError(mean, *sig, rows, tuple(families), transfer)
 
 
 # --------------------------------------------------------------------------------------- the design
@@ -133,7 +192,7 @@ def values_of(inputs: list[Input], u: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------- evaluation
 
-def _set(flat: list, spec, v):
+def set_leaves(flat: list, spec, v):
     leaves = list(flat)
     for j, (k, factor) in enumerate(spec):
         x = leaves[k]
@@ -146,7 +205,7 @@ def _program(system, model, plan, values, spec):
     flat, tree = jax.tree_util.tree_flatten((system, model))
 
     def one(v):
-        s, m = jax.tree_util.tree_unflatten(tree, _set(flat, spec, v))
+        s, m = jax.tree_util.tree_unflatten(tree, set_leaves(flat, spec, v))
         figs = summarize(evaluate(s, m, plan), s)
         return {k: figs[k] for k in FIGURES}           # only what an answer reads: XLA drops the rest
     return jax.vmap(one)(values)
@@ -214,6 +273,7 @@ class Uncertain:
     eps: np.ndarray                         # [N] the model's drawn log error
     seed: int = 0
     plan: Plan | None = None
+    family: str | None = None               # the chip family its model error is drawn for
 
     @property
     def draws(self) -> int:
@@ -239,7 +299,7 @@ class Uncertain:
         return float(np.mean(f > 0.5)) if f is not None else math.nan
 
 
-def _plan_arrays(system, model, plan) -> tuple[PlanArrays, Plan | None]:
+def plan_arrays_of(system, model, plan) -> tuple[PlanArrays, Plan | None]:
     if isinstance(plan, Plan):
         validate_plan(plan, system, model)
         return to_arrays(plan, system, model), plan
@@ -263,6 +323,20 @@ def columns_for(inputs_per_system: list[list[Input]]) -> tuple[list[Input], list
     return allin, cols
 
 
+def error_draws(me: ModelError, family: list[str | None], u: np.ndarray) -> np.ndarray:
+    """The model's log error [N, groups] of error groups of the given families, from uniform
+    quantiles u [N, groups + the number of distinct unfitted families]: a column per group (its own
+    part), then one per family the error was not fitted on, in first-seen order (the part between
+    families, shared by that family's groups)."""
+    groups = len(family)
+    unfitted = list(dict.fromkeys(f for f in family if not me.fitted(f)))
+    out = np.zeros((u.shape[0], groups))
+    for g in range(groups):
+        shared = u[:, groups + unfitted.index(family[g])] if family[g] in unfitted else None
+        out[:, g] = me.eps(u[:, g], family[g], shared)
+    return out
+
+
 def propagate(systems: list[System], models: list[RankingModel], plans: list, draws: int = DEFAULT_DRAWS,
               seed: int = 0, model_error: bool | ModelError | None = None, error_groups: list[int] | None = None,
               progress: str | None = None) -> list[Uncertain]:
@@ -278,20 +352,25 @@ def propagate(systems: list[System], models: list[RankingModel], plans: list, dr
         names: dict = {}
         error_groups = [names.setdefault(s.files or s.name, len(names)) for s in systems]
     groups = max(error_groups) + 1 if error_groups else 0
-    u = design(draws, len(allin) + groups, seed)
-    u_in, u_err = u[:, :len(allin)], u[:, len(allin):]
-    eps_all = me.eps(u_err) if groups else np.zeros((draws, 0))
+    family = [None] * groups
+    for s, g in zip(systems, error_groups):
+        family[g] = architecture(s)
+    unfitted = list(dict.fromkeys(f for f in family if not me.fitted(f)))
+    u = design(draws, len(allin) + groups + len(unfitted), seed)
+    u_in = u[:, :len(allin)]
+    eps_all = error_draws(me, family, u[:, len(allin):])
     vals = values_of(allin, u_in)
     out = []
     for k, (s, m, p) in enumerate(zip(systems, models, plans)):
-        pa, plan = _plan_arrays(s, m, p)
+        pa, plan = plan_arrays_of(s, m, p)
         ins = [allin[c] for c in cols[k]]
         # the files' own values ride along as one more row: the nominal figures from the same program
         figs = evaluate_draws(s, m, pa, ins, np.vstack([vals[:, cols[k]], file_values(ins)]), progress=progress)
         nom = {key: float(v[-1]) for key, v in figs.items()}
         figs = {key: v[:-1] for key, v in figs.items()}
         eps = eps_all[:, error_groups[k]]
-        out.append(Uncertain(nom, with_model_error(figs, eps), ins, me, u_in[:, cols[k]], eps, seed, plan))
+        out.append(Uncertain(nom, with_model_error(figs, eps), ins, me, u_in[:, cols[k]], eps, seed, plan,
+                             family[error_groups[k]]))
     return out
 
 

@@ -3,6 +3,7 @@ value) and the JSON every command's --json carries (keys p10, p50, p90; compare'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,8 +47,21 @@ def to_dict(res: Uncertain, figures=tuple(FIGURES)) -> dict:
 
 def header(res: Uncertain) -> str:
     me = res.model_error
-    err = (f"the model's own error from {me.rows} measured runs at their plans: bias {100 * math.expm1(me.mean):+.1f} %, "
-           f"spread {100 * me.sigma:.1f} % beyond the inputs'" if me.rows else "the inputs' spread alone (no model error)")
+    family = getattr(res, "family", None)
+    mean, within, between = me.spread(family)
+    if not me.rows:
+        err = "the inputs' spread alone (no model error)"
+    elif family is None and me.families:         # several machines: each draws its family's
+        fams = ", ".join(f"{f} {100 * math.expm1(m):+.1f} %" for f, m, _ in me.families)
+        err = (f"the model's own error from {me.rows} measured runs at their plans: bias by family {fams}, spread "
+               f"{100 * me.sigma:.1f} % beyond the inputs'; any other family no bias, spread "
+               f"{100 * max(me.transfer_sigma, me.sigma):.1f} %")
+    elif me.fitted(family):
+        err = (f"the model's own error from {me.rows} measured runs at their plans: bias {100 * math.expm1(mean):+.1f} %, "
+               f"spread {100 * within:.1f} % beyond the inputs'")
+    else:
+        err = (f"the model's own error from {me.rows} measured runs at their plans, none of {family}'s family: no bias, "
+               f"spread {100 * math.hypot(within, between):.1f} % beyond the inputs' (carrying the fit to another generation)")
     return (f"uncertainty: {res.draws:,} draws (seed {res.seed}) of {len(res.inputs)} uncertain inputs; {err}")
 
 
@@ -94,7 +108,9 @@ def compare_dict(names: list[str], res: list[Uncertain]) -> dict:
 def compare_lines(names: list[str], res: list[Uncertain]) -> list[str]:
     d = compare_dict(names, res)
     width = max(len("system"), *map(len, names))
-    out = [header(res[0]).replace(f"of {len(res[0].inputs)} uncertain", f"of {d['inputs']} uncertain"),
+    families = {r.family for r in res}
+    first = res[0] if len(families) == 1 else dataclasses.replace(res[0], family=None)   # each draws its family's
+    out = [header(first).replace(f"of {len(res[0].inputs)} uncertain", f"of {d['inputs']} uncertain"),
            f"  {'system':<{width}} {'step ms p10':>12} {'p50':>8} {'p90':>8}"]
     for n in names:
         q = d["systems"][n]["step_s"]

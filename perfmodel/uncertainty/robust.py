@@ -38,10 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError
-from ..hardware import System, _pytree, static
+from ..hardware import System
+from ..pytree import pytree, static
 from ..workload import RankingModel
 from .inputs import as_applied, inputs_of, leaf_spec
-from .propagate import NO_MODEL_ERROR, _set, check_seed, design, propagate, quantiles, values_of
+from .propagate import NO_MODEL_ERROR, set_leaves, check_seed, design, propagate, quantiles, values_of
 
 NOMINAL = "nominal"
 DEFAULT_OBJECTIVE_DRAWS = 64     # draws each candidate is priced at: p90's sample quantile to a few % of the spread
@@ -78,7 +79,7 @@ def check_objective_draws(draws, field_name: str = "draws") -> int:
     return int(draws)
 
 
-@_pytree
+@pytree
 @dataclass(frozen=True)
 class Draws:
     """The objective's draws, as the search's scorers take them: the values [K, d] as
@@ -102,7 +103,7 @@ class Draws:
         flat, tree = jax.tree_util.tree_flatten((system, model))
 
         def one(v):
-            s, m = jax.tree_util.tree_unflatten(tree, _set(flat, self.spec, v))
+            s, m = jax.tree_util.tree_unflatten(tree, set_leaves(flat, self.spec, v))
             return step_model(s, m, pa, tau)[0].step_s
         return jax.vmap(one)(self.values)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..config import DATA_DIR, ConfigError
 from .collectives import (COLUMNS, ERROR_MEASURE, METRICS, MEASUREMENTS, TARGET_BLIND, TARGET_CALIBRATED, Dataset, Row,
-                          _size, format_report, geomean_error, largest_error, load_datasets, measured_seconds,
-                          model_seconds, split, validate, validate_dataset)
+                          format_report, geomean_error, largest_error, load_datasets, measured_seconds, model_seconds,
+                          size_text, split, validate, validate_dataset)
 
 KINDS = ("collectives", "contention", "steps")
 

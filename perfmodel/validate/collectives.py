@@ -392,7 +392,7 @@ def format_report(rep: dict, rows: bool = True) -> str:
             lines.append(f"  {'system':<10} {'collective':<15} {'algorithm':<9} {'size':>10} {'metric':<9} {'measured':>9} "
                          f"{'blind':>9} {'err':>7} {'calibr.':>9} {'err':>7}  split")
             for r in d["rows"]:
-                lines.append(f"  {r['system']:<10} {r['collective']:<15} {r['algorithm']:<9} {_size(r['size_bytes']):>10} "
+                lines.append(f"  {r['system']:<10} {r['collective']:<15} {r['algorithm']:<9} {size_text(r['size_bytes']):>10} "
                              f"{r['metric']:<9} {r['measured_GBps']:>8.4g}  {r['blind_GBps']:>8.4g} {100 * r['blind_err']:>6.1f}% "
                              f"{r['calibrated_GBps']:>8.4g} {100 * r['calibrated_err']:>6.1f}%  {r['split']}")
         lines.append("")
@@ -401,7 +401,7 @@ def format_report(rep: dict, rows: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _size(b: float) -> str:
+def size_text(b: float) -> str:
     for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if b >= f:
             return f"{b / f:.4g} {unit}"

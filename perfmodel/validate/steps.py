@@ -16,8 +16,8 @@ measured ms per step, source). For each row:
                budget_s=None) on the named system at the run's batch and precisions, the presets as
                they are; greedy's step beside it. Where the run's software fixes plan settings
                (plan_settings, e.g. dense=replicated: data-parallel MLPs; overlap_chunks=1: no
-               chunked overlap of the all-to-alls with the dense layers), the search's plan takes
-               them and its tables are searched again with every setting held
+               chunked overlap of the all-to-alls with the dense layers), the search holds them
+               from its first round (search's hold), and the run's own plan is one of its starts
   calibrated   leave one system out: the shared parameters below fitted (optax, mean absolute log
                error, the metric reported, plus a weak pull towards 1) on every other system's rows,
                with their blind plans held, then this system's plan searched again at the fitted
@@ -31,8 +31,15 @@ with cuBLAS, NCCL and the embedding kernels of one framework), never of a system
   gather   the embedding kernels' random-row efficiency (every chip's gather_efficiency_max, scaled)
   latency  the collectives' per-step and per-call latencies (every link's, scaled)
 
+Leave one generation out (at the runs' own plans): the shared parameters fitted on the rows of
+every other chip architecture (hardware.architecture: the chip file's `architecture`, e.g. ampere,
+hopper), this architecture's rows evaluated at them: A100 rows predicted from the H100 rows' fit and
+the reverse. Leaving a system out keeps its generation's other systems in the fit; leaving the
+generation out is what a new chip is to the model.
+
 Error of a row: predicted / measured step - 1; per dataset the geometric-mean error
-exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one.
+exp(mean |ln(t_pred / t_meas)|) - 1 and the largest one; and the bias, the mean signed error
+exp(mean ln(t_pred / t_meas)) - 1 (< 0: the model runs fast), for every set of predictions.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import numpy as np
 import optax
 
 from ..config import DATA_DIR, ConfigError
+from ..hardware import architecture
 from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
 from ..schema import MODEL
@@ -213,15 +221,18 @@ def scaled(system, theta):
 # ----------------------------------------------------------------------------------- the model
 
 def best_plan(system, model, row: StepRow) -> Plan:
-    """The model's best plan for the run: a search run to its end (reproducible), seed 0; with the
-    run's fixed settings applied and its tables searched again (module docstring)."""
+    """The model's best plan for the run (best_search's)."""
+    return best_search(system, model, row).plan
+
+
+def best_search(system, model, row: StepRow):
+    """The search for the model's best plan for the run: run to its end (reproducible), seed 0,
+    with the run's fixed settings held from its first round and the run's own plan among its starts
+    (so it is never slower than the run's plan, in the model)."""
     from ..search.api import search
     precisions = tuple(p for p in PRECISIONS if p in row.precisions)
-    plan = search(system, model, budget_s=None, seed=0, precisions=precisions).plan
-    if row.settings:
-        held = dataclasses.replace(plan, **row.settings)
-        plan = search(system, model, budget_s=None, seed=0, precisions=precisions, start=held, freeze_settings=True).plan
-    return plan
+    return search(system, model, budget_s=None, seed=0, precisions=precisions, hold=row.settings,
+                  start=run_plan(system, model, row))
 
 
 def run_plan(system, model, row: StepRow) -> Plan | None:
@@ -239,8 +250,8 @@ def _step_ms(system, model, plan) -> float:
 
 
 def _log_step(theta, system, model, pa):
-    from ..evaluate import _evaluate
-    return jnp.log(_evaluate(scaled(system, theta), model, pa, 0.0).step_s)
+    from ..evaluate import evaluate_arrays
+    return jnp.log(evaluate_arrays(scaled(system, theta), model, pa, 0.0).step_s)
 
 
 _log_step_grad = jax.jit(jax.value_and_grad(_log_step))
@@ -275,39 +286,50 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
     """Blind and leave-one-system-out errors of one step dataset (module docstring)."""
     from ..search.greedy import greedy_plan
     rows = ds.rows
-    plans, blind, greedy, runs, run_ms = [], [], [], [], []
+    plans, blind, greedy, runs, run_ms, starts = [], [], [], [], [], []
     for r in rows:
         system, model = problem(r)
         run = run_plan(system, model, r)
         runs.append(run)
         run_ms.append(_step_ms(system, model, run) if run is not None else None)
         log(f"searching {r.system} at batch {r.global_batch}")
-        plan = best_plan(system, model, r)
+        found = best_search(system, model, r)
+        plan = found.plan
         plans.append(plan)
+        starts.append(found.notes.get("starts", {}))
         blind.append(_step_ms(system, model, plan))
         greedy.append(_step_ms(system, model, greedy_plan(system, model)))
     meas = np.asarray([r.ms_per_step for r in rows])
-    out_rows = [{"system": r.system, "model": r.model, "global_batch": r.global_batch, "dense_dtype": r.dense_dtype,
+    out_rows = [{"system": r.system, "generation": generation(r), "model": r.model, "global_batch": r.global_batch,
+                 "dense_dtype": r.dense_dtype,
                  "precisions": list(r.precisions), "in_network_reduction": r.in_network, "run": r.run,
                  "measured_ms": float(m), "best_plan_ms": b, "best_plan_err": b / m - 1.0, "blind_ms": b,
                  "greedy_ms": g, "blind_err": b / m - 1.0, "greedy_err": g / m - 1.0, "plan": p.to_dict(),
                  "source": r.source}
                 for r, m, b, g, p in zip(rows, meas, blind, greedy, plans)]
+    for out, info in zip(out_rows, starts):     # what the search started from, and what beat what
+        if info.get("best") is not None:
+            out.update({"best_start": "the run's plan" if info["best"] == "your start" else info["best"],
+                        "best_start_ms": 1e3 * info["best_s"], "search_kept": info["kept"],
+                        "search_saved_ms": {k: 1e3 * v for k, v in info.get("gain", {}).get("saved_s", {}).items()}})
     for out, r, run, ms in zip(out_rows, rows, runs, run_ms):
         if run is not None:
             out.update({"planner": str(r.planner), "plan_source": r.plan_source, "run_plan_ms": ms,
                         "run_plan_err": ms / out["measured_ms"] - 1.0, "run_plan": run.to_dict(),
                         "claimed_gain": ms / out["best_plan_ms"] - 1.0})
     rep = {"dataset": ds.name, "file": shown(ds.path), "rows": out_rows,
-           "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1)))}
+           "blind_geomean_err": geomean(blind, meas), "blind_max_err": float(np.max(np.abs(np.asarray(blind) / meas - 1))),
+           "blind_bias": bias(blind, meas)}
     rep["best_plan_geomean_err"], rep["best_plan_max_err"] = rep["blind_geomean_err"], rep["blind_max_err"]
     have = [i for i, ms in enumerate(run_ms) if ms is not None]
     if have:
         rm, mm = np.asarray([run_ms[i] for i in have]), meas[have]
         rep["run_plan_geomean_err"] = geomean(rm, mm)
         rep["run_plan_max_err"] = float(np.max(np.abs(rm / mm - 1)))
+        rep["run_plan_bias"] = bias(rm, mm)
     if calibrated and have:
         _run_plan_folds(rows, runs, out_rows, rep, log)
+        _run_plan_folds(rows, runs, out_rows, rep, log, by="generation")
     if calibrated:
         systems = sorted({r.system for r in rows})
         folds = {}
@@ -328,31 +350,63 @@ def validate_steps(ds: StepDataset, calibrated: bool = True, log=lambda m: None)
         cal = [r["calibrated_ms"] for r in out_rows]
         rep.update({"calibrated_geomean_err": geomean(cal, meas),
                     "calibrated_max_err": float(np.max(np.abs(np.asarray(cal) / meas - 1))),
+                    "calibrated_bias": bias(cal, meas),
                     "folds": {k: dict(zip(PARAMETERS, v)) for k, v in folds.items()}})
     return rep
 
 
-def _run_plan_folds(rows, runs, out_rows, rep, log) -> None:
-    """Leave one system out at the runs' own plans: the shared parameters fitted on every other
-    system's rows (their run plans held), this system's run plans evaluated at them. No search: the
-    plans are the runs'."""
+def generation(row: StepRow) -> str:
+    """The row's chip architecture (hardware.architecture of its system)."""
+    from ..evaluate import as_system
+    return architecture(as_system(row.system))
+
+
+def held_out_folds(groups: list[str]) -> dict[str, tuple[list[int], list[int]]]:
+    """Per group (in first-seen order): (the rows a fit uses: every other group's, the rows it
+    predicts: the group's own). A group with no other group's rows to fit on has no fold."""
+    out = {}
+    for g in dict.fromkeys(groups):
+        held = [i for i, x in enumerate(groups) if x == g]
+        train = [i for i, x in enumerate(groups) if x != g]
+        if train:
+            out[g] = (train, held)
+    return out
+
+
+def _run_plan_folds(rows, runs, out_rows, rep, log, by: str = "system") -> None:
+    """Held out at the runs' own plans: the shared parameters fitted on every other system's rows
+    (by="system": leave one system out, keys run_plan_loso_*) or every other chip architecture's
+    (by="generation": leave one generation out, run_plan_logo_*), their run plans held; the held
+    rows' run plans evaluated at them. No search: the plans are the runs'."""
     idx = [i for i, p in enumerate(runs) if p is not None]
     sub = [rows[i] for i in idx]
+    key = "loso" if by == "system" else "logo"
+    groups = [r.system if by == "system" else out_rows[i]["generation"] for r, i in zip(sub, idx)]
     folds = {}
-    for name in sorted({r.system for r in sub}):
+    for name, (train, held) in held_out_folds(groups).items():
         log(f"fitting without {name}, at the runs' plans")
-        theta = fit(sub, [runs[i] for i in idx], [0.0 if r.system == name else 1.0 for r in sub])
+        theta = fit(sub, [runs[i] for i in idx], [1.0 if k in train else 0.0 for k in range(len(sub))])
         folds[name] = dict(zip(PARAMETERS, (float(x) for x in theta)))
-        for i in idx:
-            if rows[i].system == name:
-                system, model = problem(rows[i])
-                ms = _step_ms(scaled(system, jnp.asarray(theta)), model, runs[i])
-                out_rows[i]["run_plan_loso_ms"] = ms
-                out_rows[i]["run_plan_loso_err"] = ms / out_rows[i]["measured_ms"] - 1.0
-    got = [out_rows[i]["run_plan_loso_ms"] for i in idx]
-    mm = np.asarray([out_rows[i]["measured_ms"] for i in idx])
-    rep.update({"run_plan_loso_geomean_err": geomean(got, mm), "run_plan_loso_max_err": float(np.max(np.abs(np.asarray(got) / mm - 1))),
-                "run_plan_folds": folds})
+        for k in held:
+            i = idx[k]
+            system, model = problem(rows[i])
+            ms = _step_ms(scaled(system, jnp.asarray(theta)), model, runs[i])
+            out_rows[i][f"run_plan_{key}_ms"] = ms
+            out_rows[i][f"run_plan_{key}_err"] = ms / out_rows[i]["measured_ms"] - 1.0
+    done = [i for i in idx if f"run_plan_{key}_ms" in out_rows[i]]
+    if not done:
+        return
+    got = np.asarray([out_rows[i][f"run_plan_{key}_ms"] for i in done])
+    mm = np.asarray([out_rows[i]["measured_ms"] for i in done])
+    rep.update({f"run_plan_{key}_geomean_err": geomean(got, mm), f"run_plan_{key}_max_err": float(np.max(np.abs(got / mm - 1))),
+                f"run_plan_{key}_bias": bias(got, mm), f"run_plan_{key}_rows": len(done),
+                ("run_plan_folds" if key == "loso" else "run_plan_generation_folds"): folds})
+
+
+def bias(pred, meas) -> float:
+    """The mean signed error, exp(mean ln(pred / meas)) - 1: < 0 where the model runs fast."""
+    r = np.log(np.asarray(pred, np.float64) / np.asarray(meas, np.float64))
+    return float(np.expm1(r.mean())) if r.size else float("nan")
 
 
 def geomean(pred, meas) -> float:
@@ -376,19 +430,58 @@ def format_steps(rep: dict, rows: bool = True) -> str:
                     + (f", leave-one-system-out {pct('run_plan_loso_geomean_err')}" if "run_plan_loso_geomean_err" in rep else ""))
     head.append(f"at perfmodel's best plan: blind {pct('blind_geomean_err')}"
                 + (f", leave-one-system-out {pct('calibrated_geomean_err')}" if cal else ""))
-    lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]] + ["  " + ERROR_MEASURE]
+    lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]]
+    lines += _generation_lines(rep, largest) + ["  " + ERROR_MEASURE]
     if rows:
         run = any("run_plan_ms" in r for r in rep["rows"])
         loso = any("run_plan_loso_ms" in r for r in rep["rows"])
+        logo = any("run_plan_logo_ms" in r for r in rep["rows"])
         lines.append(f"  {'system':<12} {'batch':>7} {'measured':>9}" + (f" {'run plan':>9} {'err':>7}" if run else "")
-                     + (f" {'LOSO':>8} {'err':>7}" if loso else "") + f" {'best plan':>9} {'err':>7} {'claims':>7}"
+                     + (f" {'LOSO':>8} {'err':>7}" if loso else "") + (f" {'LOGO':>8} {'err':>7}" if logo else "")
+                     + f" {'best plan':>9} {'err':>7} {'claims':>7}"
                      + (f" {'LOSO':>8} {'err':>7}" if cal else "") + f" {'greedy':>8}   planner, run")
         ms = lambda r, k: f" {r[k]:>7.3f}ms {100 * r[k.replace('_ms', '_err')]:>6.1f}%" if k in r else f" {'-':>9} {'-':>7}"
         for r in rep["rows"]:
             gain = f" {-100 * r['claimed_gain'] / (1 + r['claimed_gain']):>6.1f}%" if "claimed_gain" in r else f" {'-':>7}"
             lines.append(f"  {r['system']:<12} {r['global_batch']:>7} {r['measured_ms']:>7.3f}ms"
                          + (ms(r, "run_plan_ms") if run else "") + (ms(r, "run_plan_loso_ms") if loso else "")
+                         + (ms(r, "run_plan_logo_ms") if logo else "")
                          + ms(r, "blind_ms") + gain + (ms(r, "calibrated_ms") if cal else "")
                          + f" {r['greedy_ms']:>6.3f}ms   {r.get('planner', '-')}, {r['run']}")
-        lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model")
+        lines.append("  claims: how much faster perfmodel's best plan is than the run's own, by the model"
+                     + ("; LOGO: the shared parameters fitted on the other chip generations' rows" if logo else ""))
+        for r in rep["rows"]:
+            if "best_start" in r:
+                moved = sorted(r["search_saved_ms"].items(), key=lambda kv: -abs(kv[1]))[:3]
+                lines.append(f"  {r['system']:<12} best start {r['best_start']} {r['best_start_ms']:.3f} ms; "
+                             + (f"the search {100 * (1 - r['best_plan_ms'] / r['best_start_ms']):.1f} % faster ("
+                                + ", ".join(f"{k} {'-' if v >= 0 else '+'}{abs(v):.3f} ms" for k, v in moved) + ")"
+                                if r["search_kept"] == "search" else "the search found nothing faster"))
     return "\n".join(lines)
+
+
+def _generation_lines(rep: dict, largest) -> list[str]:
+    """Leave one generation out and the bias (mean signed error) of each set of predictions;
+    largest(key): the largest row's error of the mean at `key`, in its measure (format_steps)."""
+    out = []
+    if "run_plan_logo_geomean_err" in rep:
+        out.append(f"  at the runs' own plans, leave-one-generation-out (the shared parameters fitted on the other "
+                   f"chip generation's rows, {rep['run_plan_logo_rows']} rows): {100 * rep['run_plan_logo_geomean_err']:.1f} % "
+                   f"(max {100 * largest('run_plan_logo_geomean_err'):.0f} %)")
+    parts = [(label, rep[k]) for label, k in (("run plan blind", "run_plan_bias"), ("LOSO", "run_plan_loso_bias"),
+                                              ("LOGO", "run_plan_logo_bias"), ("best plan blind", "blind_bias"),
+                                              ("best plan LOSO", "calibrated_bias")) if k in rep]
+    if parts:
+        out.append("  bias (mean signed error, < 0: too fast): " + ", ".join(f"{label} {100 * v:+.1f} %" for label, v in parts))
+    return out
+
+
+def load_step_file(path: str | Path) -> StepDataset:
+    """One CSV of step measurements (a user's own, for `perfmodel calibrate --steps`), every row
+    checked as load_step_datasets checks the bundled ones: one clear error per problem."""
+    path = Path(path)
+    ds = StepDataset(path.stem, path)
+    ds.rows = [_row(raw, where) for where, raw in read_rows(path, COLUMNS, "step dataset")]
+    if not ds.rows:
+        raise ConfigError(str(path), "", "holds no rows")
+    return ds

@@ -81,29 +81,29 @@ class Net:
         return dataclasses.replace(new, terms=_terms(new))
 
 
-def _f32(x):
+def f32(x):
     return xp_of(x).asarray(x, np.float32)
 
 
-def _spans(K: int) -> list:
+def spans(K: int) -> list:
     return [(i, j) for i in range(K) for j in range(i + 1, K)]
 
 
 def _terms(net: Net) -> Terms:
     xp = xp_of(net.msgs, *net.alpha, *net.bw)
     K = len(net.fanout)
-    alpha = [_f32(a) for a in net.alpha]
+    alpha = [f32(a) for a in net.alpha]
     feats = list(alpha)
-    for i, j in _spans(K):
+    for i, j in spans(K):
         top = alpha[i]
         for l in range(i + 1, j + 1):
             top = xp.maximum(top, alpha[l])
         feats.append(top)
-    inv_m = 1.0 / _f32(net.msgs)
+    inv_m = 1.0 / f32(net.msgs)
     ones = xp.ones_like(inv_m) if np.ndim(inv_m) else xp.ones(())
-    return Terms(1.0 / xp.stack([_f32(b) for b in net.bw]), xp.stack(feats), xp.stack([ones, inv_m], axis=-1),
-                 xp.stack([xp.stack([_f32(x) for x in net.proto_step[k]]) for k in KINDS]),
-                 xp.stack([_f32(b) for b in net.proto_base]), xp.stack([_f32(e) for e in net.proto_share]))
+    return Terms(1.0 / xp.stack([f32(b) for b in net.bw]), xp.stack(feats), xp.stack([ones, inv_m], axis=-1),
+                 xp.stack([xp.stack([f32(x) for x in net.proto_step[k]]) for k in KINDS]),
+                 xp.stack([f32(b) for b in net.proto_base]), xp.stack([f32(e) for e in net.proto_share]))
 
 
 def _kind(system: System, level) -> str:

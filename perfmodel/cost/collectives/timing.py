@@ -34,7 +34,7 @@ from ..smooth import hard_max, hard_min
 from . import nccl
 from .algorithms import HIER, REGISTRY, RING, TREE, a2a_c, table
 from .algorithms.ring import ring_c
-from .network import KINDS, LINKS, Net, _f32, blend, latency, per_protocol, shape
+from .network import KINDS, LINKS, Net, f32, blend, latency, per_protocol, shape
 
 # a protocol a transfer cannot use costs this much (an in-network reduction runs Simple only)
 UNAVAILABLE_S = 1.0
@@ -86,7 +86,7 @@ def _algorithm_times(net: Net, op: str, S, lo: int, hi: int):
     """(engines, cores), each [..., ALGORITHMS]: every algorithm's time for S bytes per chip
     (S of any shape); the cores take each transfer's fastest protocol, an exact min. A pipelined
     algorithm (algorithms.table) is one transfer: its components' link loads add."""
-    S = _f32(S)
+    S = f32(S)
     xp = xp_of(S, net.msgs, net.engine_Bps)
     if xp is np and np.ndim(net.msgs):      # a batch of plans: S per plan, [N] (cost.arrays)
         S = np.broadcast_to(S, np.broadcast_shapes(S.shape, np.shape(net.msgs)))
@@ -248,7 +248,7 @@ def nvls_all_reduce(net: Net, S, lo: int, hi: int):
     if not has_nvls(net, lo, hi):
         raise ValueError("NVLS needs a group inside one scale-up domain whose switch reduces "
                          "(network level switch_reduction = true)")
-    return _nvls(net, _f32(S)) + net.setup_s
+    return _nvls(net, f32(S)) + net.setup_s
 
 
 def nccl_all_reduce(net: Net, S, lo: int, hi: int):
@@ -256,11 +256,11 @@ def nccl_all_reduce(net: Net, S, lo: int, hi: int):
     (ring, tree, NVLS where the scale-up switch reduces, the hierarchical form with the reduction in
     the network where the scale-out switches reduce), each with its fastest protocol."""
     if math.prod(net.fanout[lo:hi + 1]) == 1:
-        return jnp.zeros_like(_f32(S))
+        return jnp.zeros_like(f32(S))
     _, core = _algorithm_times(net, "all_reduce", S, lo, hi)
     t = jnp.minimum(core[..., RING], core[..., TREE])
     if has_nvls(net, lo, hi):
-        t = jnp.minimum(t, _nvls(net, _f32(S)))
+        t = jnp.minimum(t, _nvls(net, f32(S)))
     if hi > lo and (any(net.reduces[lo + 1:hi + 1]) or has_nvls(net, lo, lo)):     # CollNet, NVLSTree
         t = jnp.minimum(t, core[..., HIER])
     return t + net.setup_s
@@ -271,7 +271,7 @@ def ring_parts(net: Net, S, lo: int, hi: int, passes: int) -> Parts:
     protocol_times."""
     c = ring_c(shape(net), lo, hi, passes, 1.0, False)
     per_link = jnp.sum(jnp.asarray(c.core_bytes, jnp.float32) * net.terms.inv_bw, axis=-1)
-    return Parts(_f32(S) * hard_max(jnp.ravel(per_link), 0), latency(net, c.core_lat),
+    return Parts(f32(S) * hard_max(jnp.ravel(per_link), 0), latency(net, c.core_lat),
                  {k: float(c.steps[0, i]) for i, k in enumerate(KINDS) if c.steps[0, i]})
 
 

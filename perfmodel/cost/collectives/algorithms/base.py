@@ -29,7 +29,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..network import KINDS, _spans
+from ..network import KINDS, spans
 
 
 class Comp(NamedTuple):
@@ -50,11 +50,11 @@ class Comp(NamedTuple):
 
 def feature(K: int, lo: int, hi: int) -> int:
     """Index of the largest alpha over levels lo..hi among the alpha features."""
-    return lo if lo == hi else K + _spans(K).index((lo, hi))
+    return lo if lo == hi else K + spans(K).index((lo, hi))
 
 
 def blank(K: int):
-    return np.zeros((max(K, 2), K)), np.zeros((2, K + len(_spans(K)))), np.zeros((2, len(KINDS)))
+    return np.zeros((max(K, 2), K)), np.zeros((2, K + len(spans(K)))), np.zeros((2, len(KINDS)))
 
 
 def nodes(fanout, lo: int, hi: int) -> int:

@@ -33,11 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError, preset_path, read_file
-from ..hardware import GBPS, US, System
-from ..schema import CHIP, MODEL, MODEL_LEAVES, SYSTEM, SYSTEM_LEAVES, Field
-from ..plan import ALGORITHMS, ALLOWED_ALGORITHMS, DENSE_MODES, PRECISIONS, PlanArrays
-from ..workload import RankingModel
+from .config import ConfigError, preset_path, read_file
+from .hardware import System, parse_chip
+from .schema import CHIP, GBPS, MODEL, MODEL_LEAVES, SYSTEM, SYSTEM_LEAVES, US, Field
+from .plan import ALGORITHMS, ALLOWED_ALGORITHMS, DENSE_MODES, PRECISIONS, PlanArrays
+from .workload import RankingModel
 
 KINDS = ("hardware", "workload", "plan")
 
@@ -207,8 +207,7 @@ _ENGINE_DONOR = "mtia300"
 
 def _engine_design() -> dict:
     """Offload-engine parameters of the MTIA 300 preset, for chips that have none (a what-if)."""
-    from ..hardware import _parse_chip
-    _, _, off = _parse_chip(read_file(preset_path("chips", _ENGINE_DONOR)), _ENGINE_DONOR)
+    _, _, off = parse_chip(read_file(preset_path("chips", _ENGINE_DONOR)), _ENGINE_DONOR)
     return {k: getattr(off, k) for k in ("clock_Hz", "reduce_bytes_per_cycle", "reduce_bytes_per_cycle_all_busy",
                                          "setup_s", "msgs_per_engine")}
 
