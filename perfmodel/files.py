@@ -32,6 +32,7 @@ def check_place(path: str | Path, *, new: bool = True, what: str = "file", examp
     try:
         there = p.exists() or p.is_symlink()
         folder = there and p.is_dir()
+        regular = there and p.is_file()
         parent = p.parent.is_dir()
     except OSError as err:
         raise _refused(p, err) from None
@@ -39,6 +40,9 @@ def check_place(path: str | Path, *, new: bool = True, what: str = "file", examp
         raise ConfigError(str(p), "", EXISTS)
     if folder:
         raise ConfigError(str(p), "", f"is a folder; give the {what}'s path" + (f" (e.g. {example})" if example else ""))
+    if there and not regular:     # a file that may be replaced is read first: /dev/zero never ends, a FIFO waits
+        raise ConfigError(str(p), "", f"is not a regular file (a device, a FIFO, a socket or a broken link); give "
+                          f"the {what}'s path" + (f" (e.g. {example})" if example else ""))
     if not parent:
         raise ConfigError(str(p), "", f"its folder {str(p.parent)!r} does not exist")
     return p

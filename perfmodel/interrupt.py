@@ -3,8 +3,9 @@
 Python turns SIGINT into a KeyboardInterrupt at the main thread's next bytecode, wherever that is:
 inside `import jax` (before main() can catch it: a traceback), or inside one of JAX's callbacks
 (its garbage-collection hook), where Python prints "Exception ignored" and the command goes on to
-finish and write its results. So the command-line process installs its own handler before jax is
-imported (perfmodel/__init__.py calls `install_for_the_command_line`):
+finish and write its results. So the command line's entry point (perfmodel.cli.main, with no argv)
+installs its own handler before jax is imported (importing perfmodel imports no jax, and installs
+nothing):
 
 - while main() runs a command (`armed`), the handler raises KeyboardInterrupt, so the command
   unwinds (a pool's workers are stopped, a file being written is removed) and main() prints the line;
@@ -18,7 +19,8 @@ A swallowed interrupt must not let a result out: `check()` raises KeyboardInterr
 is recorded, and the writers call it before they create a file; `writing(path)` removes a file that
 an interrupt leaves half-written. In a worker process of the command's pool, Ctrl-C (sent by the
 terminal to every process of the group) is ignored: the command stops its workers itself, so no
-worker prints a traceback. A Python program that imports perfmodel keeps Python's own Ctrl-C.
+worker prints a traceback (`starting_workers`). A Python program that imports perfmodel keeps
+Python's own Ctrl-C, and so do its pools' workers.
 """
 
 from __future__ import annotations
@@ -39,32 +41,6 @@ _state = {"installed": False, "armed": False, "pressed": False, "reported": Fals
 _lock = threading.Lock()
 _exiting = threading.Lock()
 _writing: set[Path] = set()
-
-
-def is_command_line() -> bool:
-    """Whether this process is `perfmodel ...` or `python -m perfmodel ...`."""
-    if Path(sys.argv[0] if sys.argv else "").name == "perfmodel":
-        return True
-    argv = list(getattr(sys, "orig_argv", []))
-    return any(a == "-m" and argv[i + 1:i + 2] == ["perfmodel"] for i, a in enumerate(argv))
-
-
-def is_pool_worker() -> bool:
-    """Whether this process is a worker that multiprocessing spawned (it imports the parent's main
-    module, here the console script, so it looks like the command line)."""
-    return "--multiprocessing-fork" in getattr(sys, "orig_argv", [])
-
-
-def install_for_the_command_line() -> None:
-    """The handler above in the command-line process; SIGINT ignored in its pool's workers."""
-    if threading.current_thread() is not threading.main_thread() or _state["installed"]:
-        return
-    if is_pool_worker():
-        if is_command_line():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return
-    if is_command_line():
-        install()
 
 
 def install() -> None:
@@ -90,6 +66,22 @@ def install() -> None:
             return
         previous(unraisable)
     sys.unraisablehook = quiet
+
+
+@contextlib.contextmanager
+def starting_workers():
+    """Around the start of worker processes: with the handler installed, SIGINT is blocked in this
+    thread while they start, and a started process keeps the blocked signal through exec, so a
+    worker never sees the terminal's Ctrl-C from its first instruction on. This process still gets it:
+    a thread that does not block it (the sentinel) takes it, or it waits until the block ends."""
+    if not _state["installed"] or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @contextlib.contextmanager

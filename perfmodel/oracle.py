@@ -60,11 +60,6 @@ _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([\w\-]+)\((.*)
 
 # ------------------------------------------------------------------------------------ HLO parsing
 
-def _shape_bytes(text: str) -> float:
-    return float(sum(DTYPE_BYTES.get(dt, 4) * math.prod(int(x) for x in dims.split(",") if x)
-                     for dt, dims in _SHAPE.findall(text)))
-
-
 def _op_name(line: str) -> str:
     m = re.search(r'op_name="([^"]*)"', line)
     return m.group(1) if m else ""

@@ -38,7 +38,6 @@ PHASE_COLORS = {
 }
 INTERFERENCE = dict(color="#fb9a99", hatch="xx", edgecolor="#e31a1c", label="interference (compute slowed by collectives)")
 EXPOSED = dict(color="#ffffff", hatch="///", edgecolor="#e31a1c", label="exposed communication (compute idle)")
-WAITING = dict(color="#f0f0f0", edgecolor="#bdbdbd", label="waiting (nothing running)")
 
 METRIC_LABELS = {     # table column -> (axis label, factor from the column's unit to the label's)
     "step_ms": ("step time [ms]", 1.0), "exposed_comm_ms": ("exposed communication [ms]", 1.0),

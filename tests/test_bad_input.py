@@ -362,6 +362,55 @@ def test_ctrl_c_ends_the_process_though_a_thread_still_works():
     assert done.returncode == 130 and done.stderr == "perfmodel: interrupted\n" and done.stdout == ""
 
 
+
+class _FullDisk(io.StringIO):
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"]])
+def test_a_full_stdout_is_one_line_naming_it(argv):
+    """A full disk under stdout gave a traceback (OSError errno 28 from the command's print): one line
+    naming stdout, exit code 2, as any output that cannot be written."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(_FullDisk()), contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert code == 2 and err.getvalue() == "perfmodel: error: stdout: cannot be written: No space left on device\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_full_stdout_ends_the_process_in_one_line():
+    """`perfmodel list > /dev/full`: the write fails at the command's last flush, and Python's own
+    flush at exit must not print a second error."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "perfmodel", "list"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300, cwd=REPO)
+    assert (done.returncode, done.stderr) == (2, "perfmodel: error: stdout: cannot be written: No space left on device\n")
+
+
+
+def test_a_closed_stdout_is_no_traceback():
+    """`perfmodel list >&-`: Python starts with sys.stdout None, and main()'s last flush raised
+    AttributeError. Python prints nothing to a closed stdout; the command ends as it would."""
+    done = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "perfmodel", "list"],
+                          stderr=subprocess.PIPE, text=True, timeout=300, cwd=REPO)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_device_as_the_reference_to_replace_is_refused():
+    """schema --markdown replaces only a file it wrote, so it reads the file first: /dev/zero (or
+    /dev/full) was read until the process ran out of memory."""
+    code, out, err = run(["schema", "--markdown", "/dev/zero"])
+    assert code == 2 and out == "" and err.startswith("perfmodel: error: /dev/zero: is not a regular file")
+
+@pytest.mark.parametrize("command", [["uncertainty", "--draws", "16"], ["sensitivity"]])
+def test_a_negative_top_is_refused(command):
+    """--top -1 printed every row but the last (a slice from the end) and exited 0."""
+    code, out, err = run([*command, *S8, *SMALL, "--plan", "greedy", "--top", "-1"])
+    assert code == 2 and out == "" and err == ("perfmodel: error: field '--top': must be 0 (every row) or a number of "
+                                               "rows to print, got -1\n")
+
 # ------------------------------------------------------------------------------------- Python API
 
 @pytest.fixture(scope="module")

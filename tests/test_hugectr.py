@@ -202,3 +202,22 @@ def test_auto_beats_round_robin_on_b200_by_the_published_factor():
     step = lambda *recipe: float(pm.evaluate(system, MODEL, hugectr_plan(system, MODEL, *recipe)).step_s)
     ratio = step("round_robin") / step("auto", 7.0, 0.008)
     assert 1.6 / 1.25 <= ratio <= 1.6 * 1.25, ratio
+
+
+@pytest.mark.parametrize("args, field", [(("auto", -1, 0.008), "mem_comm_bw_ratio"),
+                                         (("auto", float("nan"), 0.008), "mem_comm_bw_ratio"),
+                                         (("auto", "7", 0.008), "mem_comm_bw_ratio"),
+                                         (("auto", True, 0.008), "mem_comm_bw_ratio"),
+                                         (("auto", 7, float("nan")), "dp_threshold_gb"),
+                                         (("auto", 7, -0.5), "dp_threshold_gb"),
+                                         (("greedy", 7, 0.008), "plan")])
+def test_the_python_function_refuses_what_a_recipe_refuses(args, field):
+    """pm.hugectr_plan returned a plan for a ratio of -1 or NaN and a NaN threshold, and a string ratio
+    raised float()'s bare ValueError: the function and the recipe's text pass one check."""
+    with pytest.raises(ConfigError) as e:
+        hugectr_plan(pm.load_system("h100-8"), MODEL, *args)
+    assert e.value.field == field and "allowed: plan one of auto" in str(e.value)
+    text = "hugectr:" + ":".join(str(a) for a in args)
+    if field != "plan" and args[1] != "7":   # the same values as a recipe's text are refused too
+        with pytest.raises(ConfigError, match="must be a"):
+            parse_recipe(text, "runs.csv:3")

@@ -158,3 +158,53 @@ def test_no_result_is_written_after_a_swallowed_ctrl_c(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_new(tmp_path / "out.csv", "a,b\n")
     assert list(tmp_path.iterdir()) == []
+
+
+IMPORT = """
+import signal, sys, threading
+sys.argv = ["perfmodel", "evaluate"]          # as the command line's process looks
+before = signal.getsignal(signal.SIGINT), sys.unraisablehook
+import perfmodel as pm
+pm.evaluate, pm.search                        # the whole public API loaded
+after = signal.getsignal(signal.SIGINT), sys.unraisablehook
+threads = sorted(t.name for t in threading.enumerate() if t.name.startswith("perfmodel"))
+print(before == after, after[0] is signal.default_int_handler, signal.set_wakeup_fd(-1), threads)
+"""
+
+
+def test_importing_perfmodel_installs_nothing():
+    """Importing the library read sys.argv and, in a process that looked like the command line,
+    replaced Python's Ctrl-C handler, its unraisable hook and its wakeup fd, and started a thread:
+    a library import now installs nothing (the command line's entry point does)."""
+    done = subprocess.run([sys.executable, "-c", IMPORT], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True -1 []\n"
+
+
+MASK_JOB = """
+import signal
+
+def job():
+    return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+"""
+
+MASKS = """
+from perfmodel import interrupt
+from perfmodel.analysis import executors
+import maskjob
+library = executors.run(maskjob.job, [(), ()], workers=2)
+interrupt.install()                       # as main() does for the command line
+command = executors.run(maskjob.job, [(), ()], workers=2)
+print(library, command)
+"""
+
+
+def test_a_commands_workers_block_ctrl_c_and_a_librarys_do_not(tmp_path):
+    """Workers no longer learn from their own sys.argv that they serve the command line: the command
+    starts them with SIGINT blocked (they keep it through exec); a program's own pool keeps Ctrl-C."""
+    (tmp_path / "maskjob.py").write_text(MASK_JOB)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", MASKS], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[False, False] [True, True]\n"

@@ -2,6 +2,7 @@
 and a default plan that is feasible and places every table."""
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -362,3 +363,22 @@ def test_model_with_one_enormous_table_fits_no_plan(tmp_path):
     assert float(model.tables.rows[0]) == pytest.approx(1e12, rel=1e-6)
     with pytest.raises(ConfigError, match="fits on no plan"):
         default_plan(load_system("h100-8"), model)
+
+
+def test_table_row_wise_on_a_sequence_table_is_refused_as_the_masks_refuse_it():
+    """validate_plan accepted table_row_wise for a sequence table, which the search's masks rule out:
+    both now read one rule (plan.space.table_row_wise_problem)."""
+    from perfmodel.plan import TWRW, make_masks
+    system, model = load_system("h100-16"), load_model("hstu-seq")
+    seq = [n for n, s in zip(model.tables.names, model.tables.sequence) if s]
+    masks = make_masks(system, model)
+    allowed = {n: bool(masks.types[i, TWRW] > -1) for i, n in enumerate(model.tables.names)}
+    assert allowed == {n: n not in seq for n in model.tables.names}     # pooled tables may be table_row_wise
+    base = default_plan(system, model)
+    pooled = next(n for n in model.tables.names if n not in seq)
+    validate_plan(dataclasses.replace(base, tables={**base.tables, pooled: TablePlan("table_row_wise", list(range(8)))}),
+                  system, model)
+    bad = dataclasses.replace(base, tables={**base.tables, seq[0]: TablePlan("table_row_wise", list(range(8)))})
+    with pytest.raises(ConfigError) as e:
+        validate_plan(bad, system, model)
+    assert e.value.field == f"tables.{seq[0]}.sharding_type" and "sequence table" in e.value.message

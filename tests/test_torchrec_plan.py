@@ -96,6 +96,28 @@ def test_errors(case, monkeypatch):
         pm.to_torchrec_plan(plan, system, model)
 
 
+
+@pytest.mark.parametrize("field, value", [("sync_every", -5), ("sync_every", 2.7), ("sync_every", float("inf")),
+                                          ("sync_every", True), ("use_inter_host_allreduce", "no"),
+                                          ("use_inter_host_allreduce", 1), ("world_size", True),
+                                          ("world_size", 16.0), ("sharding_group_size", 3)])
+def test_dmp_collection_args_refuse_a_bad_field(case, field, value, monkeypatch):
+    """DMPCollection's arguments came back as given or coerced: sync_every -5 as -5, 2.7 as 2 (inf an
+    OverflowError), use_inter_host_allreduce "no" as True, world_size true accepted. Each is one
+    ConfigError naming the source and the field, raised before torchrec is needed."""
+    system, model, plan = case
+    two_groups = dict(world_size=16, sharding_group_size=8, use_inter_host_allreduce=False, sync_every=4)
+    data = {**pm.torchrec_plan(plan, system, model), **two_groups, field: value}
+    monkeypatch.setitem(sys.modules, "torchrec", None)          # the checks come before torchrec is imported
+    monkeypatch.setitem(sys.modules, "torchrec.distributed.types", None)
+    with pytest.raises(ConfigError) as e:
+        pm.dmp_collection_args(data, src="p.json")
+    assert e.value.source == "p.json" and e.value.field == field and "must be" in e.value.message
+    good = {k: v for k, v in data.items() if k != field}
+    if field != "world_size":            # the same dict without the bad field passes the checks
+        with pytest.raises(ImportError, match="needs torchrec"):
+            pm.dmp_collection_args(good, src="p.json")
+
 def test_cli_search_writes_the_torchrec_form(tmp_path, capsys, monkeypatch):
     out = tmp_path / "plan.json"
     assert main(["search", "--system", "mtia300-4", "--model", "dlrm-small", "--method", "greedy", "--no-progress",

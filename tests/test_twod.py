@@ -262,3 +262,12 @@ def test_a_synchronous_step_applies_the_union_of_the_replicas_rows(small, mtia64
         bwd[k] = np.asarray(plan_traffic(group, gmodel, pa).emb.bwd_s, np.float64)
     np.testing.assert_allclose(bwd[1] - bwd[10], want, rtol=1e-4)
     assert want[3] > 0
+
+
+def test_a_planner_of_a_replica_count_names_it():
+    """planner(..., replicas=3) raised TypeError (an int joined to text) while it built its label,
+    so `perfmodel uncertainty --replicas 3` (and every study given a replica count) was a traceback."""
+    assert pm.planner("greedy", replicas=3).label == "greedy (replicas 3)"
+    assert pm.planner("greedy", replicas=2, sync_every=4).label == "greedy (replicas 2, sync every <= 4)"
+    assert pm.planner("search", iterations=5, replicas=2).label == "search (5 rounds, seed 0, replicas 2)"
+    assert pm.planner("greedy", replicas=[1, 2]).label == "greedy (replicas 1,2)"

@@ -79,6 +79,58 @@ def test_plan_settings_parse_as_a_plan_holds_them(tmp_path):
     assert row.settings == {"overlap_chunks": 4, "pipeline": False, "offload": False, "dense": "replicated"}
 
 
+
+@pytest.mark.parametrize("settings, key", [("dense=replicated; dense=fully_sharded", "dense"),
+                                           ("overlap_chunks=4;pipeline=no;overlap_chunks=2", "overlap_chunks"),
+                                           ("planner=hugectr:auto:7; planner=hugectr:uniform", "planner")])
+def test_a_setting_given_twice_is_refused(tmp_path, settings, key):
+    """The last of two values won, silently: one error naming the file, the row and the key."""
+    (tmp_path / "twice.csv").write_text(HEADER + f"h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,{settings},3.5,r,s\n")
+    with pytest.raises(ConfigError) as err:
+        st.load_step_datasets(tmp_path)
+    assert err.value.source.endswith("twice.csv:2") and err.value.field == "plan_settings"
+    assert f"sets {key!r} twice" in err.value.message
+
+
+def test_the_printed_largest_error_is_in_the_means_measure():
+    """Two rows 45 % under: the mean, exp(mean |ln(pred / meas)|) - 1, is 82 %, and the max printed
+    beside it was |pred / meas - 1|, 45 %: "blind 81.8 % (max 45 %)". The max is now the largest row's
+    exp(|ln(pred / meas)|) - 1, never below the mean, and the text says which measure it is."""
+    import re
+
+    from perfmodel import validate
+    rows = [{"blind_err": -0.45, "run_plan_err": -0.45}, {"blind_err": -0.45, "run_plan_err": 0.1}]
+    mean = np.exp(np.mean([abs(np.log(0.55)), abs(np.log(0.55))])) - 1          # 0.818
+    run_mean = np.exp(np.mean([abs(np.log(0.55)), abs(np.log(1.1))])) - 1      # 0.414
+    rep = {"dataset": "d", "file": "d.csv", "rows": rows, "blind_geomean_err": mean, "blind_max_err": 0.45,
+           "run_plan_geomean_err": run_mean, "run_plan_max_err": 0.45}
+    text = st.format_steps(rep, rows=False)
+    pairs = [(float(a), float(b)) for a, b in re.findall(r"blind ([\d.]+) % \(max (\d+) %\)", text)]
+    assert pairs == [(41.4, 82.0), (81.8, 82.0)], text       # the runs' plans, then the best plan
+    assert "exp(mean |ln(predicted / measured)|) - 1" in text and "exp(|ln(predicted / measured)|) - 1" in text
+    line = validate.summary({"steps": {"datasets": [rep]}})
+    assert re.findall(r"largest (\d+) %", line) == ["82", "82"] and "exp(mean |ln" in line
+    coll = {"datasets": [{"dataset": "c", "rows": [{**r, "calibrated_err": r["blind_err"], "split": s}
+                                                   for r, s in zip(rows, ("held_out", "fit"))],
+                          "blind_geomean_err": mean, "blind_max_err": 0.45, "calibrated_geomean_err": mean,
+                          "calibrated_max_err": 0.45, "latency_scale": 1.0, "bandwidth_scale": 1.0}]}
+    (row,) = [ln for ln in validate.format_report(coll, rows=False).splitlines() if ln.startswith("c ")]
+    assert [float(x) for x in re.findall(r"([\d.]+)%", row)] == [81.8, 82.0, 81.8, 82.0], row
+
+
+@pytest.mark.parametrize("line, message", [
+    ("h100ib-8,dlrm-dcnv2-mlperf", "has 2 cells; the header has 10"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,55296,fp16,fp32,no,overlap_chunks=4, pipeline=no,3.5,r,s", "has 11 cells; the header has 10"),
+    ("h100ib-8,dlrm-dcnv2-mlperf,1e30,fp16,fp32,no,,3.5,r,s", "global_batch': must be a positive finite integer of at most 1e.08"),
+])
+def test_a_row_of_the_wrong_width_or_a_batch_no_model_takes(tmp_path, line, message):
+    """A short row raised AttributeError (csv fills the missing cells with None), an unquoted comma
+    moved every later cell a column on silently, and a batch of 1e30 passed, which no model file takes."""
+    (tmp_path / "w.csv").write_text(HEADER + line + "\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        st.load_step_datasets(tmp_path)
+    assert err.value.source.endswith("w.csv:2")
+
 def test_a_missing_column_or_non_utf8_file(tmp_path):
     (tmp_path / "a.csv").write_text(HEADER.replace("ms_per_step,", ""))
     with pytest.raises(ConfigError, match="ms_per_step"):

@@ -23,6 +23,7 @@ import os
 import pickle
 import socket
 
+from .. import interrupt
 from ..cache import cache_folder
 from ..config import ConfigError
 from ..report import announced_bar
@@ -139,7 +140,9 @@ def run(fn, jobs: list[tuple], executor=None, workers: int | None = None, ray_ad
         with cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                                     initargs=(folder,)) as pool, _bar(progress, len(jobs), f"on {n} worker processes") as bar:
             try:
-                return _in_order([pool.submit(fn, *job) for job in jobs], bar)
+                with interrupt.starting_workers():      # the pool starts its workers as jobs are submitted
+                    futures = [pool.submit(fn, *job) for job in jobs]
+                return _in_order(futures, bar)
             except KeyboardInterrupt:
                 _stop(pool)
                 raise

@@ -158,7 +158,7 @@ def _replicas_label(replicas, sep: str = " ", sync_every: int = 1) -> str:
     """How a planner's label names its replica counts and sync period ("" for 1D plans)."""
     if replicas == 1:
         return ""
-    text = replicas if isinstance(replicas, (int, str)) else ",".join(map(str, replicas))
+    text = str(replicas) if isinstance(replicas, (int, str)) else ",".join(map(str, replicas))
     text += "" if sync_every == 1 else f", sync every <= {sync_every}"
     return f"{sep}(replicas {text})" if sep == " " else f"{sep}replicas {text}"
 

@@ -18,21 +18,28 @@ family of commands is a module with `register(subparsers)`, added to FAMILIES. A
 imports args and io, never another family. Its output flags are declared with io.add_output.
 
 A user's mistake ends in one line, `perfmodel: error: <file or argument>: field '<x>': <what is
-allowed>`, and exit code 2; Ctrl-C in one line and exit code 130. Any other exception is
-perfmodel's own fault and shows its traceback."""
+allowed>`, and exit code 2, and so does an output that cannot be written (a full disk under stdout:
+`perfmodel: error: stdout: cannot be written: ...`); Ctrl-C in one line and exit code 130. Any other
+exception is perfmodel's own fault and shows its traceback.
+
+main() with no argv is the whole process (the console script, python -m perfmodel): it installs the
+Ctrl-C handling (perfmodel/interrupt.py) before the command families, and with them jax, are imported;
+importing perfmodel or this module installs nothing."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from .. import interrupt
-from ..cache import enable_compile_cache
 from ..config import QUIET, ConfigError
-from . import analysis, evaluate, fidelity, housekeeping, io, search, studies, tables
+from . import io
 from .args import Parser, refuse_empty
 
-FAMILIES = (evaluate, housekeeping, analysis, studies, search, tables, fidelity)
+# the command families, in `perfmodel --help`'s order; imported when the parser is built (search's imports
+# jax), so that main() installs the Ctrl-C handling first
+FAMILIES = ("evaluate", "housekeeping", "analysis", "studies", "search", "tables", "fidelity")
 
 
 def build_parser() -> Parser:
@@ -43,7 +50,7 @@ def build_parser() -> Parser:
                     "column's name or beside each number; --json gives SI units (s, bytes, bytes/s, samples/s).")
     sub = parser.add_subparsers(dest="command", required=True)
     for family in FAMILIES:
-        family.register(sub)
+        importlib.import_module(f"{__name__}.{family}").register(sub)
     for p in sub.choices.values():
         if not any("--quiet" in a.option_strings for a in p._actions):
             p.add_argument("--quiet", action="store_true", help="no progress on stderr (errors still print)")
@@ -61,21 +68,67 @@ def _interrupted(whole_process: bool) -> int:
     return 130
 
 
+class _Stdout:
+    """sys.stdout while a command runs: an OSError writing to it (a full disk, an I/O error) is one
+    ConfigError naming stdout, wherever the command printed; a reader gone (BrokenPipeError) stays
+    itself, for main() to end quietly."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _failed(self, err: OSError) -> ConfigError:
+        _discard(self._stream)
+        return ConfigError("stdout", "", f"cannot be written: {err.strerror or err}")
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._failed(err) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise self._failed(err) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _discard(stream) -> None:
+    """Send what `stream` (stdout) still holds to /dev/null: it cannot be written, and Python's flush
+    at exit would print a second error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):    # a stdout with no file descriptor (captured)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:               # the whole process is the command: Ctrl-C at any moment (perfmodel/interrupt.py)
         interrupt.install()
+    from ..cache import enable_compile_cache
     args = build_parser().parse_args(argv)
     enable_compile_cache()
     quiet_before = os.environ.get(QUIET)
     if getattr(args, "quiet", False):      # read by every progress line, in this process and its workers
         os.environ[QUIET] = "1"
+    stdout = sys.stdout
     try:
         with interrupt.armed():
             refuse_empty(args)
             io.check_outputs(args)     # before the command's work: it may run for minutes
+            if stdout is not None:
+                sys.stdout = _Stdout(stdout)
             rc = args.func(args)
             interrupt.check()      # a Ctrl-C that a callback swallowed is still an interrupt
-            sys.stdout.flush()     # inside the try: a reader gone shows here, not at exit
+            if sys.stdout is not None:     # None: started with stdout closed (`>&-`), Python prints nothing
+                sys.stdout.flush()     # inside the try: a reader gone or a full disk shows here, not at exit
         return rc
     except ConfigError as err:
         print(f"perfmodel: error: {err}", file=sys.stderr)
@@ -83,12 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(whole_process=argv is None)
     except BrokenPipeError:        # the reader went away (`perfmodel search ... | head`): stop quietly
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush
-        except (OSError, ValueError, AttributeError):    # a stdout with no file descriptor (captured)
-            pass
+        _discard(sys.stdout)
         return 141
-    finally:                   # main() called from Python (a test, a notebook) leaves the environment as it was
+    finally:                   # main() called from Python (a test, a notebook) leaves the process as it was
+        if isinstance(sys.stdout, _Stdout):
+            sys.stdout = stdout
         if quiet_before is None:
             os.environ.pop(QUIET, None)
         else:

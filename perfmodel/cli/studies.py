@@ -15,6 +15,13 @@ from .args import (add_planning, add_problem, add_uncertainty, executors_of, loa
                    uncertainty_of)
 
 
+def _top(args) -> int | None:
+    """--top: the rows to print, None for all (0); refused below 0, where a slice would drop rows from the end."""
+    if args.top < 0:
+        raise ConfigError("", "--top", f"must be 0 (every row) or a number of rows to print, got {args.top}")
+    return args.top or None
+
+
 # ------------------------------------------------------------------------------------------ sensitivity
 
 def _cmd_sensitivity(args) -> int:
@@ -24,6 +31,7 @@ def _cmd_sensitivity(args) -> int:
 
     if args.replan < 0:
         raise ConfigError("", "--replan", f"must be an integer >= 0 (parameters to re-search), got {args.replan}")
+    top = _top(args)
     system = load_system_arg(args)
     model = load_model(args.model)
     make = planner_of(args)
@@ -33,7 +41,6 @@ def _cmd_sensitivity(args) -> int:
         print(json.dumps({"system": system.name, "model": model.name, "metric": args.metric, "plan": make.label,
                           "h": args.h if args.replan else None, "rows": records(table)}, indent=1))
         return 0
-    top = None if args.top == 0 else args.top
     title = f"{model.name} on {system.name}, plan: {make.label}: elasticities of {args.metric}"
     print(format_sensitivity(table, args.metric, top, title))
     return 0
@@ -161,6 +168,7 @@ def _cmd_uncertainty(args) -> int:
     from ..uncertainty.decompose import check_base, format_sources, sources
     from ..uncertainty.inputs import inputs_of
     n = check_base(args.draws, "--draws")
+    top = _top(args)
     system = load_system_arg(args)
     model = load_model(args.model)
     if args.inputs:
@@ -184,7 +192,7 @@ def _cmd_uncertainty(args) -> int:
         return 0
     title = (f"{model.name} on {system.name}, plan: {make.label}: what the spread of {args.figure} comes from "
              f"({n} base draws)")
-    print(format_sources(rows, title, None if args.top == 0 else args.top))
+    print(format_sources(rows, title, top))
     return 0
 
 

@@ -33,14 +33,6 @@ LN2 = float(np.log(2.0))     # a Python float: a numpy float64 would promote flo
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)     # float64; cast to the inputs' dtype where used
 
 
-def _expm1_over(u):
-    """(e^u - 1) / u, smooth through u = 0 (its series there; where()'s other branch never sees 0)."""
-    xp = xp_of(u)
-    small = xp.abs(u) < 1e-3
-    safe = xp.where(small, 1.0, u)
-    return xp.where(small, 1.0 + u / 2.0 + u * u / 6.0, xp.expm1(safe) / safe)
-
-
 def harmonic(k, s):
     """H(k, s) = sum_{i=1}^{k} i^-s for real k >= 1: the first term exactly, the rest by
     Euler-Maclaurin from i = 2 (the integral, the two end terms and the first derivative correction),

@@ -83,20 +83,42 @@ def parse_recipe(text: str, where: str = "", field: str = "planner") -> Recipe:
     """'hugectr:auto:7:0.008' (plan type, ratio, threshold in GB; the last two optional: 7 and 0.008)
     as a Recipe, or one ConfigError naming `where`, `field` and what is allowed."""
     parts = [p.strip() for p in str(text).split(":")]
-    allowed = "hugectr:PLAN[:RATIO[:THRESHOLD_GB]], PLAN one of " + ", ".join(PLAN_TYPES)
     if parts[0] != "hugectr" or not 2 <= len(parts) <= 4 or parts[1] not in PLAN_TYPES:
-        raise ConfigError(where, field, f"is {text!r}; allowed: {allowed} (e.g. hugectr:auto:7:0.008)")
+        raise ConfigError(where, field, f"is {text!r}; allowed: {RECIPE_SYNTAX} (e.g. hugectr:auto:7:0.008)")
     nums = []
-    for name, value in zip(("ratio", "threshold"), parts[2:]):
+    for value in parts[2:]:
         try:
-            x = float(value)
+            nums.append(float(value))
         except ValueError:
-            x = float("nan")
-        if not (np.isfinite(x) and x >= 0 and (name == "threshold" or x > 0)):
-            raise ConfigError(where, field, f"{name} {value!r} in {text!r} must be a "
-                              f"{'positive' if name == 'ratio' else 'non-negative'} number; allowed: {allowed}")
+            nums.append(value)        # check_recipe refuses it, naming the text
+    return check_recipe(parts[1], *nums, where=where, field=field, text=str(text))
+
+
+RECIPE_SYNTAX = "hugectr:PLAN[:RATIO[:THRESHOLD_GB]], PLAN one of " + ", ".join(PLAN_TYPES)
+
+
+def check_recipe(plan, ratio=7.0, threshold_gb=0.008, where: str = "", field: str | None = None,
+                 text: str | None = None) -> Recipe:
+    """The Recipe of a plan type, a MEM_COMM_BW_RATIO (a positive number) and a DP_SHARDING_THRESHOLD
+    (GB, a non-negative number), or one ConfigError naming `where`, the field (`field`, else the
+    argument's name) and what is allowed: the one check that both a recipe's text (parse_recipe) and
+    hugectr_plan's arguments pass."""
+    def refuse(arg: str, what: str):
+        if text is None:
+            raise ConfigError(where, field or arg, f"{what}; allowed: plan one of {', '.join(PLAN_TYPES)}, "
+                              "mem_comm_bw_ratio a positive number, dp_threshold_gb a non-negative number (GB)")
+        raise ConfigError(where, field or arg, f"{what} in {text!r}; allowed: {RECIPE_SYNTAX}")
+    if not isinstance(plan, str) or plan not in PLAN_TYPES:
+        refuse("plan", f"plan type {plan!r} is not one")
+    nums = []
+    for name, arg, value, positive in (("ratio", "mem_comm_bw_ratio", ratio, True),
+                                       ("threshold", "dp_threshold_gb", threshold_gb, False)):
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        x = float(value) if ok else float("nan")
+        if not (np.isfinite(x) and (x > 0 if positive else x >= 0)):
+            refuse(arg, f"{name} {value!r} must be a {'positive' if positive else 'non-negative'} number")
         nums.append(x)
-    return Recipe(parts[1], *nums)
+    return Recipe(plan, *nums)
 
 
 def as_recipe(recipe) -> Recipe:
@@ -246,9 +268,7 @@ def hugectr_plan(system: System, model: RankingModel, plan: str = "auto", mem_co
     `system` and `model` may be objects or preset names or paths."""
     from ..evaluate import as_model, as_system
     system, model = as_system(system), as_model(model)
-    recipe = Recipe(plan, float(mem_comm_bw_ratio), float(dp_threshold_gb))
-    if plan not in PLAN_TYPES:
-        raise ConfigError("", "plan", f"is {plan!r}; allowed: {', '.join(PLAN_TYPES)}")
+    recipe = check_recipe(plan, mem_comm_bw_ratio, dp_threshold_gb)
     names = model.tables.names
     rows = np.asarray(model.tables.rows, np.float64)
     hot = np.asarray(model.tables.pooling, np.float64)

@@ -49,7 +49,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, read_file
+from ..config import ConfigError, read_file, shown
+from ..hardware import sync_every_problem
 from ..plan import Plan, PlanArrays, compute_kernel, from_arrays, group_problem, validate_plan
 
 DEFAULT_MODULE = "sparse_arch.embedding_bag_collection"      # TorchRec's DLRM: model.sparse_arch.embedding_bag_collection
@@ -181,11 +182,23 @@ def dmp_collection_args(data: dict | str | Path, src: str = "plan") -> dict:
     _check_dict(data, src)
     world = data.get("world_size")
     group = data.get("sharding_group_size", world)
-    if not (isinstance(world, int) and isinstance(group, int) and group >= 1 and world % group == 0):
-        raise ConfigError(src, "sharding_group_size", f"must divide world_size ({world!r}); got {group!r}")
-    return {"world_size": world, "sharding_group_size": group,
-            "use_inter_host_allreduce": bool(data.get("use_inter_host_allreduce", False)),
-            "sync_every": int(data.get("sync_every", 1)), "plan": sharding_plan(data, src)}
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    if not whole(world):
+        raise ConfigError(src, "world_size", f"must be an integer >= 1 (the ranks of every sharding group), "
+                          f"got {shown(world)}")
+    if not (whole(group) and world % group == 0):
+        raise ConfigError(src, "sharding_group_size", f"must be an integer >= 1 that divides world_size "
+                          f"({world}), got {shown(group)}")
+    inter = data.get("use_inter_host_allreduce", False)
+    if not isinstance(inter, bool):      # bool("no") is True: only JSON's true / false say it
+        raise ConfigError(src, "use_inter_host_allreduce", f"must be true (contiguous groups) or false (strided), "
+                          f"got {shown(inter)}")
+    sync_every = data.get("sync_every", 1)
+    why = sync_every_problem(sync_every)
+    if why:
+        raise ConfigError(src, "sync_every", why)
+    return {"world_size": world, "sharding_group_size": group, "use_inter_host_allreduce": inter,
+            "sync_every": int(sync_every), "plan": sharding_plan(data, src)}
 
 
 def _torchrec_types():

@@ -20,7 +20,7 @@ from ..schema import GROUP_LAYOUTS, PLAN
 from ..workload import RankingModel
 from .limits import check_plan
 from .space import (ALLOWED_ALGORITHMS, COLLECTIVES, DENSE_MODES, PRECISIONS, SHARDING_TYPES, compute_kernel,
-                    domain_ranks, splits_evenly)
+                    domain_ranks, splits_evenly, table_row_wise_problem)
 
 
 @dataclass
@@ -155,6 +155,9 @@ def validate_plan(plan: Plan, system: System, model: RankingModel, src: str = "p
             raise ConfigError(src, f + ".ranks", f"column_wise over {k} ranks must divide dim {int(dims[i])} (TorchRec "
                               f"splits the columns into equal shards; uneven ones it does not shard at all)")
         if st == "table_row_wise":
+            why = table_row_wise_problem(bool(model.tables.sequence[i]))
+            if why:
+                raise ConfigError(src, f + ".sharding_type", why)
             dom = t.ranks[0] // L
             if sorted(t.ranks) != domain_ranks(dom, D, L):
                 raise ConfigError(src, f + ".ranks", f"table_row_wise spans one whole scale-up domain of {sizes[dom]} "

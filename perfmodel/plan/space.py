@@ -89,6 +89,17 @@ def has_table_row_wise(system: System) -> bool:
     return len(system.levels) > 1 and system.domain_size > 1
 
 
+def table_row_wise_problem(sequence: bool) -> str | None:
+    """Why a table may not be table_row_wise, in words; None where it may. The one statement of the
+    rule that both the search's masks and validate_plan read: table_row_wise sums a pooled table's
+    rows inside the domain before they cross it, and a sequence table's rows are not summed, so all
+    of them would leave the domain."""
+    if sequence:
+        return ("table_row_wise is modelled for pooled tables; a sequence table's rows are not summed inside the "
+                "domain, so all of them would leave it: use row_wise, column_wise or table_wise")
+    return None
+
+
 def algorithm_mask() -> np.ndarray:
     """[collectives, algorithms]: 0 where the collective may run the algorithm, NEG where not."""
     algos = np.full((len(COLLECTIVES), len(ALGORITHMS)), NEG, np.float32)
@@ -196,8 +207,8 @@ def make_masks(system: System, model: RankingModel, precisions=("fp32",), shardi
             types[t, [CW, RW, TWRW, DP]] = NEG
         if types[t, CW] < -1:
             shards[t] = 0.0                    # a type ruled out has no shard counts
-        if not has_table_row_wise(system) or seq[t]:
-            types[t, TWRW] = NEG               # a sequence feature's rows would all leave one domain
+        if not has_table_row_wise(system) or table_row_wise_problem(bool(seq[t])):
+            types[t, TWRW] = NEG
     prec = lambda allowed: np.asarray([0.0 if p in allowed else NEG for p in PRECISIONS], np.float32)
     dense = np.asarray([0.0 if m in dense_modes else NEG for m in DENSE_MODES], np.float32)
     if not has_hybrid(system):

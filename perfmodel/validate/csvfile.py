@@ -20,7 +20,17 @@ def read_rows(path: Path, columns: tuple[str, ...], what: str) -> list[tuple[str
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(str(path), missing[0], f"column is missing; a {what} has columns {', '.join(columns)}")
-        return [(f"{path}:{i}", raw) for i, raw in enumerate(reader, start=2)]
+        rows = []
+        for raw in reader:
+            where = f"{path}:{reader.line_num}"
+            # csv fills a short row's last columns with None and keeps a long row's extra cells under
+            # None: a comma too many or too few moves every later cell into the wrong column
+            if None in raw or None in raw.values():
+                cells = len(raw) - (None in raw) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
+                raise ConfigError(where, "", f"has {cells} cells; the header has {len(reader.fieldnames)} (quote a "
+                                  f"cell that holds a comma)")
+            rows.append((where, raw))
+        return rows
     except csv.Error as err:        # a cell over csv's field size limit, a NUL byte
         raise csv_error(path, err) from None
 

@@ -45,7 +45,6 @@ exp(mean ln(t_pred / t_meas)) - 1 (< 0: the model runs fast), for every set of p
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +58,8 @@ from ..config import DATA_DIR, ConfigError
 from ..hardware import architecture
 from ..interop.hugectr import hugectr_plan, parse_recipe, with_run_settings
 from ..plan import DENSE_MODES, PRECISIONS, Plan, plan_from_dict, to_arrays
+from ..schema import MODEL
+from .collectives import ERROR_MEASURE, largest_error
 from .csvfile import read_rows, shown
 
 STEPS = DATA_DIR / "measurements" / "steps"
@@ -118,13 +119,15 @@ def load_step_datasets(folder: str | Path | None = None) -> list[StepDataset]:
 def _row(raw: dict, where: str) -> StepRow:
     from ..evaluate import as_model, as_system
 
-    def num(key, integer=False):
+    def num(key, integer=False, hi=math.inf):
         try:
             v = float(raw[key])
         except (TypeError, ValueError):
             raise ConfigError(where, key, f"must be a number, got {raw[key]!r}") from None
-        if not (v > 0 and math.isfinite(v)) or (integer and v != int(v)):
-            raise ConfigError(where, key, f"must be a positive finite {'integer' if integer else 'number'}, got {raw[key]!r}")
+        if not (v > 0 and math.isfinite(v)) or (integer and v != int(v)) or v > hi:
+            at_most = f" of at most {hi:g}" if math.isfinite(hi) else ""
+            raise ConfigError(where, key, f"must be a positive finite {'integer' if integer else 'number'}{at_most}, "
+                              f"got {raw[key]!r}")
         return v
     dtype = raw["dense_dtype"].strip()
     if dtype not in DTYPES:
@@ -138,12 +141,15 @@ def _row(raw: dict, where: str) -> StepRow:
         raise ConfigError(where, "in_network_reduction", f"must be yes or no, got {raw['in_network_reduction']!r}")
     if not (raw.get("source") or "").strip():
         raise ConfigError(where, "source", "is empty: every measurement names where it was published")
-    settings, planner = {}, None
+    settings, planner, seen = {}, None, set()
     for item in (x.strip() for x in (raw.get("plan_settings") or "").split(";")):
         if not item:
             continue
         key, _, value = item.partition("=")
         key, value = key.strip(), value.strip()
+        if key in seen:                # which of two values the run used is not for the reader to guess
+            raise ConfigError(where, "plan_settings", f"sets {key!r} twice; each setting appears once")
+        seen.add(key)
         if key == PLANNER:
             planner = parse_recipe(value, where, "plan_settings")
             continue
@@ -166,7 +172,7 @@ def _row(raw: dict, where: str) -> StepRow:
     if innet == "yes" and not (len(system.levels) > 1 and top.switch_reduction):
         raise ConfigError(where, "in_network_reduction", f"is yes but {raw['system']}'s {top.name} level does not reduce "
                           "in its switches (switch_reduction = true)")
-    return StepRow(raw["system"], raw["model"], int(num("global_batch", True)), DTYPES[dtype],
+    return StepRow(raw["system"], raw["model"], int(num("global_batch", True, MODEL["global_batch"].hi)), DTYPES[dtype],
                    tuple(dict.fromkeys(DTYPES[p] for p in precisions)), innet == "yes", settings, num("ms_per_step"),
                    raw.get("run", ""), raw["source"], where, planner, plan_source)
 
@@ -415,7 +421,9 @@ def row_plan(row: dict, system, model) -> Plan:
 
 def format_steps(rep: dict, rows: bool = True) -> str:
     cal = "calibrated_geomean_err" in rep
-    pct = lambda key: f"{100 * rep[key]:.1f} % (max {100 * rep[key.replace('geomean', 'max')]:.0f} %)"
+    # the largest row's error in the mean's own measure (collectives.largest_error), from the rows
+    largest = lambda key: largest_error(r[key.replace("_geomean", "")] for r in rep["rows"] if key.replace("_geomean", "") in r)
+    pct = lambda key: f"{100 * rep[key]:.1f} % (max {100 * largest(key):.0f} %)"
     head = [f"{rep['dataset']}  ({rep['file']})"]
     if "run_plan_geomean_err" in rep:
         head.append(f"at the runs' own plans (the physics): blind {pct('run_plan_geomean_err')}"
@@ -423,7 +431,7 @@ def format_steps(rep: dict, rows: bool = True) -> str:
     head.append(f"at perfmodel's best plan: blind {pct('blind_geomean_err')}"
                 + (f", leave-one-system-out {pct('calibrated_geomean_err')}" if cal else ""))
     lines = [head[0] + ": " + head[1]] + [" " * 2 + h for h in head[2:]]
-    lines += _generation_lines(rep)
+    lines += _generation_lines(rep, largest) + ["  " + ERROR_MEASURE]
     if rows:
         run = any("run_plan_ms" in r for r in rep["rows"])
         loso = any("run_plan_loso_ms" in r for r in rep["rows"])
@@ -452,25 +460,20 @@ def format_steps(rep: dict, rows: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _generation_lines(rep: dict) -> list[str]:
-    """Leave one generation out and the bias (mean signed error) of each set of predictions."""
+def _generation_lines(rep: dict, largest) -> list[str]:
+    """Leave one generation out and the bias (mean signed error) of each set of predictions;
+    largest(key): the largest row's error of the mean at `key`, in its measure (format_steps)."""
     out = []
     if "run_plan_logo_geomean_err" in rep:
         out.append(f"  at the runs' own plans, leave-one-generation-out (the shared parameters fitted on the other "
                    f"chip generation's rows, {rep['run_plan_logo_rows']} rows): {100 * rep['run_plan_logo_geomean_err']:.1f} % "
-                   f"(max {100 * rep['run_plan_logo_max_err']:.0f} %)")
+                   f"(max {100 * largest('run_plan_logo_geomean_err'):.0f} %)")
     parts = [(label, rep[k]) for label, k in (("run plan blind", "run_plan_bias"), ("LOSO", "run_plan_loso_bias"),
                                               ("LOGO", "run_plan_logo_bias"), ("best plan blind", "blind_bias"),
                                               ("best plan LOSO", "calibrated_bias")) if k in rep]
     if parts:
         out.append("  bias (mean signed error, < 0: too fast): " + ", ".join(f"{label} {100 * v:+.1f} %" for label, v in parts))
     return out
-
-
-def save_results(rep: dict, path: str | Path) -> None:
-    """Write the report as JSON to a new file (never overwrites)."""
-    from ..files import write_new
-    write_new(path, json.dumps(rep, indent=1) + "\n")
 
 
 def load_step_file(path: str | Path) -> StepDataset:
