@@ -23,6 +23,8 @@ Per table (every key optional):
 And for the whole plan (2D sparse parallelism, hardware.Replication), keys beside the tables:
   replicas            the replica counts a plan may take (a list; [1]: 1D plans only)
   sync_every          the most steps between the replicas' synchronizations
+  hold                plan settings the framework fixes, held by every search from its first round
+                      (a table: dense = "replicated", overlap_chunks = 1, ...; Hold below)
 
 A constraint set is given as a dict (Python, or a TOML/JSON file of [<table>] sections; a model file's
 [constraints.<table>] sections), as TableConstraint values, or as TorchRec ParameterConstraints
@@ -44,8 +46,8 @@ import numpy as np
 
 from .config import ConfigError, read_file
 from .hardware import sync_every_problem
-from .schema import (ALGORITHMS, ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, CONSTRAINT, DENSE_MODES,  # noqa: F401
-                     PRECISIONS, SHARDING_TYPES)
+from .schema import (ALLOWED_ALGORITHMS, COLLECTIVES, COMPUTE_KERNELS, CONSTRAINT, DENSE_MODES, PRECISIONS,
+                     SHARDING_TYPES)
 
 KEYS = tuple(o.key for o in CONSTRAINT.values() if o.section == "<table>")
 PLAN_KEYS = tuple(o.key for o in CONSTRAINT.values() if not o.section)     # replicas, sync_every
