@@ -160,7 +160,7 @@ def test_bad_csvs_are_one_line_each(tmp_path, capsys, modelled_ms):
     assert "names no planner" in _refused(tmp_path, capsys, [{**ROW, "plan_settings": "overlap_chunks=1"}])
     assert "must be a positive" in _refused(tmp_path, capsys, [{**ROW, "ms_per_step": "nan"}])
     # a run plan that does not fit the system's memory (the batch's activations on 4 chips)
-    assert "does not fit" in _refused(tmp_path, capsys, [{**ROW, "global_batch": "4000000000"}])
+    assert "does not fit" in _refused(tmp_path, capsys, [{**ROW, "global_batch": "100000000"}])
     assert "--grid" in _refused(tmp_path, capsys, [ROW], extra=("--grid", "tiny"))
 
 

@@ -94,7 +94,7 @@ def test_the_scorer_prices_a_plan_at_the_quantile_of_its_steps_over_the_draws(pr
     assert p.max_batch == rb.EVALUATIONS_PER_CALL // K and not p.eager
     greedy = greedy_plan(system, model, p.masks)
     plans = [greedy, dataclasses.replace(greedy, pipeline=not greedy.pipeline), p90.plan, p90.nominal.plan]
-    scored = p.pairs(stack([to_arrays(x, system, model) for x in plans]))[0]
+    scored = p.pairs(stack([p.arrays(x) for x in plans]))[0]      # the search's arrays: row subsets carried
     for plan, s in zip(plans, scored):
         assert bool(pm.evaluate(system, model, plan).feasible)
         steps = _steps_at_objective_draws(system, model, plan, K, 5)
@@ -117,8 +117,9 @@ def test_the_robust_plan_is_no_worse_than_the_nominal_best_at_the_objectives_dra
     assert robust <= nominal * (1 + 1e-6)
     assert info["found_s"] == pytest.approx(robust, rel=2e-5) and info["kept"] == "search"
     assert info["nominal_best_s"] == pytest.approx(nominal, rel=2e-5)
-    # on this instance the pass moves: a plan of lower p90 at the draws than the nominal-best one
-    assert p90.plan != p90.nominal.plan and robust < nominal * (1 - 1e-3)
+    # on this instance the pass moves: a plan of lower p90 at the draws than the nominal-best one (the
+    # nominal search, started from the planners' plans, leaves it a small margin)
+    assert p90.plan != p90.nominal.plan and robust < nominal
     plain = pm.search(system, model, **SEARCH)
     assert plain.plan == p90.nominal.plan and plain.step_s == p90.nominal.step_s
     # r.step_s and the breakdown are the returned plan's nominal figures

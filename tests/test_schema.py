@@ -250,5 +250,5 @@ def test_plan_and_constraint_fields_are_the_schemas():
     assert [f.name for f in dataclasses.fields(TableConstraint)] == [o.key for o in CONSTRAINT.values()
                                                                      if o.section == "<table>"]
     plan_wide = [o.key for o in CONSTRAINT.values() if not o.section]
-    assert plan_wide == ["replicas", "sync_every"] and all(f in {x.name for x in dataclasses.fields(Constraints)}
+    assert plan_wide == ["replicas", "sync_every", "hold"] and all(f in {x.name for x in dataclasses.fields(Constraints)}
                                                             for f in plan_wide)

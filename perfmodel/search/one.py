@@ -104,7 +104,7 @@ def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=
         plan = from_arrays(plan, system, model)
         if k.freeze_settings:
             plan = p.with_settings_of(options.start or greedy_plan(system, model, p.masks))(plan)
-    plan = p.held(plan)
+    plan = p.held(plan) if plan is not None else None
     notes = dict(out.notes)
     if seeds:
         plan, notes["starts"] = never_worse(p, plan, seeds)
@@ -118,13 +118,14 @@ def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=
             plan = reference
     evaluations = notes.pop("evaluations", 0)
     if traits.profile:
-        notes["progress"] = out.progress
+        notes["progress"] = list(out.progress)
+        kept_start = seeds and notes.get("starts", {}).get("kept", "search") != "search"
+        if kept_start and (not out.progress or notes["starts"]["best_s"] < out.progress[-1][1]):
+            notes["progress"].append([round(budget.elapsed(), 4), notes["starts"]["best_s"]])   # the start it returns
     notes["phases"] = [dataclasses.asdict(ph) for ph in out.phases]
     if traits.scores:
         validate_plan(plan, system, model)
-        bd = p.breakdown(plan)               # compiled already, unlike a fresh evaluate of one plan
-    else:
-        bd = evaluate(system, model, plan)
+    bd = evaluate(system, model, plan)       # the figures a user's own evaluate of the plan gives
     feasible = bool(bd.feasible)
     if guard is not None:
         value = float(np.max(p.details(plan)[4][-1]))       # the loads' last row: the guard's
@@ -142,7 +143,7 @@ def never_worse(p: Problem, found: Plan, seeds: list[tuple[str, Plan]]) -> tuple
     search never returns a plan worse than a planner's, in the objective it searched. With the
     starts' scores (None for a start that breaks the constraints) and which plan was kept."""
     rate = lambda plan: tuple(float(x) for x in p.details(plan)[5::-5])        # (score, tie-broken score)
-    found_rate = rate(found)
+    found_rate = rate(found) if found is not None else (float("inf"), float("inf"))   # a sampler that drew none
     rated = [(name, plan, rate(plan)) for name, plan in seeds]
     usable = [r for r in rated if r[2][0] < VIOLATED]
     info = {"scores_s": {name: (r[0] if r[0] < VIOLATED else None) for name, _, r in rated}, "found_s": found_rate[0],
