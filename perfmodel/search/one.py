@@ -116,7 +116,7 @@ def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=
         notes["objective"] = kept(p, plan, reference, bool(broken))
         if notes["objective"]["kept"] == "nominal-best plan":
             plan = reference
-    evaluations = notes.pop("evaluations", 0)
+    evaluations = notes.pop("evaluations", 0) + len(seeds)      # the starts are plans priced too
     if traits.profile:
         notes["progress"] = list(out.progress)
         kept_start = seeds and notes.get("starts", {}).get("kept", "search") != "search"

@@ -24,7 +24,7 @@ class SearchResult:
     wall_s: float                      # wall time, compile included
     seed: int
     converged: bool = True             # not cut by budget_s: the same problem, seed and iterations give this plan again
-    evaluations: int = 0               # hard plan evaluations spent (random, evolutionary)
+    evaluations: int = 0               # hard plans priced: the starts and a sampler's draws
     notes: dict = field(default_factory=dict)   # "progress": [[s, step_s], ...]; "phases"; the method's own
     system: System | None = None
     iterations: int = 0                # rounds taken
