@@ -59,7 +59,7 @@ def test_a_plateau_of_the_max_is_crossed(twins):
     tie = score_plans(system, model, pm.plan.stack([to_arrays(p, system, model) for p in (start, moved)]), tie=True)
     assert tie[1] < tie[0] * (1 - 1e-6)                              # the tie-broken score can
     p = Problem(system, model, make_masks(system, model, sharding_types=("table_wise",)), freeze_settings=True)
-    loads = p.details(start)[4].astype(np.float64)
+    loads = p.details(start).loads.astype(np.float64)
     loads = loads[loads.mean(1) > 0]                 # resources no device uses add nothing
     norm = loads / loads.mean(1, keepdims=True)
     spread = np.sum(TIE_TAU * np.log(np.sum(np.exp(norm / TIE_TAU), axis=1)))

@@ -99,8 +99,8 @@ def test_the_scorer_prices_a_plan_at_the_quantile_of_its_steps_over_the_draws(pr
         assert bool(pm.evaluate(system, model, plan).feasible)
         steps = _steps_at_objective_draws(system, model, plan, K, 5)
         assert s == pytest.approx(np.quantile(steps, q), rel=2e-5)
-        assert float(p.details(plan)[5]) == pytest.approx(s, rel=1e-6)
-        nominal = float(p0.details(plan)[5])
+        assert float(p.details(plan).score_s) == pytest.approx(s, rel=1e-6)
+        nominal = float(p0.details(plan).score_s)
         assert nominal == pytest.approx(float(pm.evaluate(system, model, plan).step_s), rel=1e-5)
         assert abs(s / nominal - 1) > 1e-3
 

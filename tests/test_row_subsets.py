@@ -72,9 +72,9 @@ def test_search_arrays_carry_row_shards_and_price_as_the_plan(huge):
         two.tables[n].ranks, system)) if n == "t0" else 32.0 for n in model.tables.names]
     for plan in (full, two):
         want = float(pm.evaluate(system, model, plan).step_s)
-        assert p.details(plan)[5] == pytest.approx(want, rel=1e-6)
-        assert p.details(plan, eager=True)[5] == pytest.approx(want, rel=1e-6)
-    assert float(p.details(two)[5]) != pytest.approx(float(p.details(full)[5]), rel=1e-3)   # the shape is priced
+        assert p.details(plan).score_s == pytest.approx(want, rel=1e-6)
+        assert p.details(plan, eager=True).score_s == pytest.approx(want, rel=1e-6)
+    assert float(p.details(two).score_s) != pytest.approx(float(p.details(full).score_s), rel=1e-3)   # the shape is priced
     # the way back: the arrays' plan is the plan
     for plan in (full, two):
         assert from_arrays(p.arrays(plan), system, model).tables == plan.tables
@@ -164,7 +164,7 @@ def test_hier_auto_round_trips_through_the_search_and_a_descent_keeps_it():
     pa = p.arrays(plan)
     assert from_arrays(pa, system, model) == plan
     step = float(pm.evaluate(system, model, plan).step_s)
-    assert float(p.details(plan)[5]) == pytest.approx(step, rel=1e-6)
+    assert float(p.details(plan).score_s) == pytest.approx(step, rel=1e-6)
     best, score = ds.run(p, plan, max_rounds=2)
     assert score <= step * (1 + 1e-6)
     assert score == pytest.approx(float(pm.evaluate(system, model, best).step_s), rel=1e-6)

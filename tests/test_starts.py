@@ -74,7 +74,7 @@ def test_held_settings_price_every_candidate_and_stay(small):
                                pipeline=True, algorithms=dict(pm.default_plan(system, small).algorithms,
                                                               all_to_all="hierarchical"))
     assert not hold.keeps(plan) and hold.keeps(hold.apply(plan))
-    assert float(p.details(plan)[5]) == pytest.approx(float(pm.evaluate(system, small, hold.apply(plan)).step_s),
+    assert float(p.details(plan).score_s) == pytest.approx(float(pm.evaluate(system, small, hold.apply(plan)).step_s),
                                                       rel=1e-5)
     changes = mv.setting_changes(p, hold.apply(plan))
     assert changes and all(hold.keeps(c) for c in changes)

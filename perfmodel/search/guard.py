@@ -204,7 +204,7 @@ def packed_start(p, plan: Plan) -> Plan:
             k = fits[0] if fits else ks[int(np.argmin(cw[t, ks]))]
             tables[n] = TablePlan("column_wise", list(range(k)))
     typed = dataclasses.replace(plan, tables=tables)
-    return rebalance(system, model, typed, p.details(typed, eager=True)[2], guard=guard)
+    return rebalance(system, model, typed, p.details(typed, eager=True).memory_bytes, guard=guard)
 
 
 def load_shard_costs(path, system: System, model: RankingModel) -> ShardCosts:

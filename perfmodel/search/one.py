@@ -128,7 +128,7 @@ def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=
     bd = evaluate(system, model, plan)       # the figures a user's own evaluate of the plan gives
     feasible = bool(bd.feasible)
     if guard is not None:
-        value = float(np.max(p.details(plan)[4][-1]))       # the loads' last row: the guard's
+        value = float(np.max(p.details(plan).loads[-1]))       # the loads' last row: the guard's
         met = guard.within(value)
         notes["guard"] = {"name": guard.name, "value_s": value, "cap_s": float(guard.cap), "met": met}
         feasible &= met
@@ -142,7 +142,7 @@ def never_worse(p: Problem, found: Plan, seeds: list[tuple[str, Plan]]) -> tuple
     """The found plan, or the start of lower score (then tie-broken score) where one is lower: the
     search never returns a plan worse than a planner's, in the objective it searched. With the
     starts' scores (None for a start that breaks the constraints) and which plan was kept."""
-    rate = lambda plan: tuple(float(x) for x in p.details(plan)[5::-5])        # (score, tie-broken score)
+    rate = lambda plan: p.details(plan).rate
     found_rate = rate(found) if found is not None else (float("inf"), float("inf"))   # a sampler that drew none
     rated = [(name, plan, rate(plan)) for name, plan in seeds]
     usable = [r for r in rated if r[2][0] < VIOLATED]
@@ -163,7 +163,7 @@ def kept(p: Problem, found: Plan, reference: Plan | None, broken: bool) -> dict:
     reference where it scores lower (or the found plan breaks the constraints), so the pass never
     returns a plan of higher objective than the nominal-best plan's (a sampler's pass does not start
     from it)."""
-    value = lambda plan: float(p.details(plan)[5])
+    value = lambda plan: float(p.details(plan).score_s)
     out = {"found_s": value(found), "kept": "search"}
     if reference is not None:
         out["nominal_best_s"] = value(reference)

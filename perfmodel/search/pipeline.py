@@ -152,8 +152,7 @@ class Gradient:
         that they are held before any program is compiled."""
         notes, seeds = {}, ()
         if self.o.seeds:            # the planners' plans: the best (least score, then tie-broken) is the start
-            rated = [(float(d[5]), float(d[0]), name, plan) for name, plan in self.o.seeds
-                     for d in [p.details(plan, eager=p.eager)]]
+            rated = [(*p.details(plan, eager=p.eager).rate, name, plan) for name, plan in self.o.seeds]
             best = min(range(len(rated)), key=lambda i: rated[i][:2])
             greedy = rated[best][3]
             seeds = tuple(plan for *_, plan in [rated[best]] + rated[:best] + rated[best + 1:])
@@ -171,11 +170,11 @@ class Gradient:
             s = dataclasses.replace(s, phase="population", generations=generations)
         if not p.eager:
             return s
-        g_tie, g_step = (float(x) for x in p.details(greedy, eager=True)[::5])
+        g_step, g_tie = p.details(greedy, eager=True).rate
         early = _compound(p, greedy, g_step, g_tie)
         s = dataclasses.replace(s, best=g_step)
         if within is not None:      # a start within the guard's cap (greedy's seldom is), and its compound move
-            w_tie, w_step = (float(x) for x in p.details(within, eager=True)[::5])
+            w_step, w_tie = p.details(within, eager=True).rate
             s = _better(s, within, w_step)
             w_early = _compound(p, within, w_step, w_tie)
             early = w_early if w_early[1] < early[1] else early
@@ -185,15 +184,15 @@ class Gradient:
     def _setup(self, p: Problem, s: State, budget) -> State:
         """The start's race: its starts scored by the compiled scorer (module docstring)."""
         greedy, early = s.greedy, s.early
-        tie, _, memory, _, _, greedy_score = p.details(greedy)
-        greedy_score = float(greedy_score)
-        start, start_tie, start_step, name = greedy, float(tie), greedy_score, s.notes.get("best_start", "greedy")
-        packed = _repacked(p, greedy, start_tie, memory)
+        d = p.details(greedy)
+        greedy_score, tie = d.rate
+        start, start_tie, start_step, name = greedy, tie, greedy_score, s.notes.get("best_start", "greedy")
+        packed = _repacked(p, greedy, start_tie, d.memory_bytes)
         if packed is not None:
             (start, start_tie, start_step), name = packed, "repacked"
         if s.within is not None:    # a start within the guard's cap, packed on its costs
             within = s.within
-            within_tie, within_step = (float(x) for x in p.details(within)[::5])
+            within_step, within_tie = p.details(within).rate
             if within_tie < start_tie:
                 start, start_tie, start_step, name = within, within_tie, within_step, "packed on the guard's costs"
         if not p.exhaustive:        # no rounds to race two basins: the compound move when it leads
@@ -201,7 +200,7 @@ class Gradient:
             k = leading(ties, start_tie)
             if k is not None:
                 start, name = group(k), name + ", compound move"
-                start_step = float(p.details(start)[5])
+                start_step = float(p.details(start).score_s)
             plans, steps, names = [start], [start_step], [name]
         else:                       # two basins: the start's and its best compound move's (or greedy's)
             compound, compound_step = _compound(p, start, start_step, start_tie) if start is not greedy else early
@@ -224,8 +223,9 @@ class Gradient:
     def _evolved_start(p: Problem, plan: Plan) -> tuple[Plan, float, str]:
         """The population's plan, or its repacking when that scores better (as greedy's), its step
         and its name."""
-        tie, _, memory, _, _, step = p.details(plan)
-        packed = _repacked(p, plan, float(tie), memory)
+        d = p.details(plan)
+        step, tie = d.rate
+        packed = _repacked(p, plan, tie, d.memory_bytes)
         if packed is not None:
             return packed[0], packed[2], "population, repacked"
         return plan, float(step), "population"
@@ -363,7 +363,7 @@ def _repacked(p: Problem, plan: Plan, tie: float, memory) -> tuple[Plan, float, 
     packed = rebalance(p.system, p.model, plan, memory)
     if packed is plan:
         return None
-    packed_tie, packed_step = (float(x) for x in p.details(packed)[::5])
+    packed_step, packed_tie = p.details(packed).rate
     return (packed, packed_tie, packed_step) if packed_tie < tie else None
 
 
@@ -402,4 +402,4 @@ def roundings(params, p: Problem, base: Plan) -> list[Plan]:
     settings_of = p.with_settings_of(base)
     rounded = [settings_of(round_params(jax.tree_util.tree_map(lambda x: x[r], params), p.masks, p.system, p.model))
                for r in range(n)]
-    return rounded + [rebalance(p.system, p.model, q, p.details(q)[2]) for q in rounded]
+    return rounded + [rebalance(p.system, p.model, q, p.details(q).memory_bytes) for q in rounded]

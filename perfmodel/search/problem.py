@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -25,6 +26,22 @@ SPLIT_WIDTHS = (2, 4, 8)   # column-wise splits: shards per table, on aligned bl
 SPLIT_TWRW = 4        # ... with up to this many of the heaviest other tables table-row-wise
 ROW_BLOCKS = (1, 2, 4, 8)  # row-wise over a subset: this many blocks (HugeCTR's hier_auto splits a table
                            # over a power of two of nodes; at most CW_MOVE_SHARDS, the blocks a move lists)
+
+
+class Details(NamedTuple):
+    """A plan's figures as the search's scorer gives them (Problem.details)."""
+
+    tie_s: np.ndarray            # the tie-broken score: the step plus a small load-balance term
+    compute_s: np.ndarray        # [D] each device's compute busy time
+    memory_bytes: np.ndarray     # [D] each device's memory
+    capacity_bytes: np.ndarray   # [D] each device's capacity (no plan changes it)
+    loads: np.ndarray            # [R, D] resource loads (a guard's the last row)
+    score_s: np.ndarray          # the hard score: the step, the objective's quantile, or INFEASIBLE / VIOLATED and more
+
+    @property
+    def rate(self) -> tuple[float, float]:
+        """(score, tie-broken score): the order in which plans are compared."""
+        return float(self.score_s), float(self.tie_s)
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,21 +131,20 @@ class Problem:
         sizes = np.asarray(self.system.domain_sizes)
         return np.add.reduceat(x, np.arange(0, self.D, self.L)) * (self.L / sizes)
 
-    def details_of(self, pa, eager: bool = False) -> tuple[np.ndarray, ...]:
-        """(tie-broken score, compute [D], memory [D], capacity, resource loads [R, D], score) of a
-        plan's arrays; eager: in numpy (a batch of one, whose every figure but the capacity, which
-        no plan changes, carries the batch axis; the scores float32, as compiled)."""
+    def details_of(self, pa, eager: bool = False) -> Details:
+        """A plan's arrays' Details; eager: in numpy (a batch of one, whose every figure but the
+        capacity, which no plan changes, carries the batch axis; the scores float32, as compiled)."""
         pa = held_arrays(self.hold, pa, batched=False)
         if not eager or self.draws is not None:      # the objective's draws: compiled only
-            return tuple(np.asarray(x) for x in
-                         sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6])
+            return Details(*(np.asarray(x) for x in
+                             sc.details(self.system, self.model, pa, self.guard, self.limits, self.draws)[:6]))
         system, model, guard = self.numpy_problem
         score, tie, bd, per_device = sc.scores(system, model, as_numpy(stack([pa])), guard, limits=self.limits)
         first = lambda x: np.asarray(x)[0]
-        return (first(tie).astype(np.float32), first(bd.compute_s), first(bd.memory_bytes),
-                np.asarray(bd.capacity_bytes), first(per_device), first(score).astype(np.float32))
+        return Details(first(tie).astype(np.float32), first(bd.compute_s), first(bd.memory_bytes),
+                       np.asarray(bd.capacity_bytes), first(per_device), first(score).astype(np.float32))
 
-    def details(self, plan: Plan, eager: bool = False) -> tuple[np.ndarray, ...]:
+    def details(self, plan: Plan, eager: bool = False) -> Details:
         return self.details_of(self.arrays(plan), eager)
 
     def score(self, pa) -> float:
