@@ -173,6 +173,15 @@ def test_search_cli_prints_each_replica_count_and_writes_a_2d_plan(tmp_path):
         code, out, err = run([*command, "--system", "mtia300-64", "--model", "dlrm-small", "--replicas", "2",
                               "--sync-every", "0"])
         assert "field '--sync-every': must be an integer from 1" in one_error_line(code, err)
+    code, out, err = run(["search", "--system", "mtia300-64", "--model", "dlrm-small", "--sync-every", "4"])
+    assert "field 'sync_every': is 4, but the plans searched have one replica" in one_error_line(code, err)
+
+
+def test_a_bad_group_layout_is_blamed_on_the_layout(mtia64):
+    with pytest.raises(ConfigError, match="group_layout.*has group layout 'bogus'; allowed: strided, contiguous"):
+        sharding_group(mtia64, 4, layout="bogus")
+    with pytest.raises(ConfigError, match="field 'replicas': is 3"):
+        sharding_group(mtia64, 3)
 
 
 def test_torchrec_export_is_what_dmp_collection_takes(small, mtia64, tmp_path):

@@ -268,3 +268,10 @@ def test_cli_refuses_bad_draws_in_one_line(argv):
     assert code == 2 and out == ""
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("perfmodel: error: field '--uncertainty'"), err
+
+
+def test_no_model_error_without_uncertainty_is_refused_in_one_line():
+    code, out, err = run([*SCALING, "--no-model-error"])
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("perfmodel: error: field '--no-model-error': takes --uncertainty"), err

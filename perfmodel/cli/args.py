@@ -62,6 +62,9 @@ def uncertainty_of(args) -> dict | None:
     """propagate's keyword arguments from --uncertainty (None without it); a bad N or seed is a
     ConfigError naming the flag."""
     if getattr(args, "uncertainty", None) is None:
+        if getattr(args, "no_model_error", False):
+            raise ConfigError("", "--no-model-error", "takes --uncertainty [N]: without it the answer is the nominal "
+                              "figures, with no spread to leave the model's error out of")
         return None
     from ..uncertainty.propagate import NO_MODEL_ERROR, check_draws, check_seed
     return {"draws": check_draws(args.uncertainty, "--uncertainty"),

@@ -72,7 +72,7 @@ def sharding_group(system: System, replicas: int, layout: str = "strided", sync_
     groups do not fit (replication_problem)."""
     why = replication_problem(system, replicas, layout)
     if why is not None:
-        raise ConfigError("", "replicas", why)
+        raise ConfigError("", "group_layout" if layout not in GROUP_LAYOUTS else "replicas", why)
     why = sync_every_problem(sync_every)
     if why is not None:
         raise ConfigError("", "sync_every", why)
