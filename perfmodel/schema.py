@@ -451,7 +451,7 @@ CHIP_OPTIONS = _options(
 SYSTEM_OPTIONS = _options(
     ("", "name", "text", "any", None, "the family's name (systems are <name>-<chips>)"),
     ("", "description", "text", "any", "", "one line for `perfmodel list`"),
-    ("", "chip", "text", "a chip preset or a chip TOML path", None, "the chip every rank is"),
+    ("", "chip", "text", "a chip preset or a chip TOML path (relative to this file)", None, "the chip every rank is"),
     ("", "nic", "table", "fields of the chip's [nic]", "{}", "the node's NICs, replacing the chip's fields (a cloud instance's)"),
     ("network.levels[]", "name", "text", "any", None, "the level's name (nvlink, leaf, spine, ...)", "levels[].name"),
     ("network.levels[]", "link", "text", _one(LEVEL_LINKS), None, "which link carries this level", "levels[].link"),

@@ -180,6 +180,19 @@ def test_bad_outer_level_is_reported_at_every_size(tmp_path):
         load_system(_outer_level_link_usb(tmp_path), chips=8)
 
 
+def test_a_system_files_relative_chip_path_is_read_beside_the_system_file(tmp_path, monkeypatch):
+    """A folder of presets moves as a whole: the chip path is relative to the system file, not the cwd."""
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    edit(folder, "chips", "h100", "hbm_capacity_GB", "hbm_capacity_GB = 40", "mine.toml")
+    path = edit(folder, "systems", "h100", "chip", 'chip = "mine.toml"')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert float(load_system(path).chip.hbm_bytes) == pytest.approx(40e9)
+    assert float(load_system(path, chip="h100").chip.hbm_bytes) == pytest.approx(80e9)   # --chip as given
+
+
 def test_system_whose_chip_preset_is_unknown(tmp_path):
     path = edit(tmp_path, "systems", "h100", "chip", 'chip = "h1000"')
     with pytest.raises(ConfigError) as info:

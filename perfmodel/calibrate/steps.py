@@ -327,7 +327,7 @@ def system_text(base_path: Path, base_system, n: int, chip_path: Path, theta, sp
     data = read_file(base_path)
     by_field = {i.field: i for i in inputs if Path(i.file) == Path(base_path)}
     text = set_field(text, "", "name", _fmt(f"{data['name']}-calibrated"), None)
-    text = set_field(text, "", "chip", _fmt(str(chip_path.resolve())), "the calibrated chip, written beside this file")
+    text = set_field(text, "", "chip", _fmt(chip_path.name), "the calibrated chip, written beside this file")
     sizes = [int(s) for s in data.get("sizes", [])]
     text = set_field(text, "", "sizes", _fmt([n] + [s for s in sizes if s != n]), None)
     fields = [(f"network.levels[{i}]", "latency_us", SYSTEM["network.levels[].latency_us"])

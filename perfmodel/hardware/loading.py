@@ -160,6 +160,15 @@ def load_system(name_or_path: str | Path, *, chips: int | None = None,
     return _parse_system(read_file(path), str(path), count, chip, blame)
 
 
+def _beside(chip: str, src: str) -> str:
+    """A system file's chip as a path relative to that file's folder (so a folder of presets, such as
+    calibrate's, can move as a whole); a preset name or an absolute path as given."""
+    p = Path(chip)
+    if p.is_absolute() or not (p.suffix in (".toml", ".json") or len(p.parts) > 1) or not Path(src).is_file():
+        return chip
+    return str(Path(src).parent / p)
+
+
 def _parse_system(data: dict, src: str, count: int | None, chip_override,
                   blame: tuple[str, str] | None = None) -> System:
     top = Section(data, src)
@@ -215,7 +224,7 @@ def _parse_system(data: dict, src: str, count: int | None, chip_override,
         raise ConfigError(*(blame or (src, "chips")), f"{n} chips do not fill whole hosts of {per_host}"
                           f"{where('chips_per_host')}; use a multiple of {per_host}{_near(n, per_host, most)}")
 
-    chip_path = locate("chips", chip_override if chip_override is not None else chip_name)
+    chip_path = locate("chips", chip_override if chip_override is not None else _beside(chip_name, src))
     chip_data, chip_src = read_file(chip_path), str(chip_path)
     if nic_over:        # the system's NICs (a node's, not the chip's: e.g. a cloud instance's EFA)
         chip_data = {**chip_data, "nic": {**chip_data.get("nic", {}), **nic_over}}
