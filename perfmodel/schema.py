@@ -442,6 +442,9 @@ CHIP_OPTIONS = _options(
     ("", "architecture", "text", "any (e.g. ampere, hopper, blackwell, mtia, gaudi)", "",
      "the chip's architecture family: the unit the model's error is fitted and carried over (none: a family of "
      "its own)"),
+    ("", "calibrated", "text", "any", "",
+     "what the chip's numbers were fitted to (perfmodel calibrate --steps writes it): the family's bias is fitted "
+     "away, so the model's error draws the spread within a family about 0"),
     ("nic", "attach", "text", _one(NIC_ATTACH), None,
      "integrated: in the package, DMA from HBM; pcie: behind a PCIe link", "nic.pcie", True),
     ("nic", "serves_scale_up", "flag", "true or false", None, "the NIC also carries scale-up traffic (no [scale_up] link)",

@@ -122,6 +122,20 @@ def test_evaluate_and_its_uncertainty_take_the_written_system(calibrated, capsys
     assert "interval_after" in rep["rows"][0]
 
 
+def test_a_calibrated_chip_draws_no_family_bias(calibrated):
+    """The calibration moved the chip's numbers by what its family's bias is: the model's error on
+    it is the spread within a family about 0, not the family's mean again."""
+    from perfmodel.hardware import architecture
+    from perfmodel.uncertainty.propagate import load_model_error
+    rep, out, _ = calibrated
+    cal = pm.load_system(out / f"{SYSTEM}.toml")
+    assert architecture(pm.load_system(SYSTEM)) == "hopper" and architecture(cal) == "hopper+calibrated"
+    me = load_model_error()
+    assert me.spread("hopper")[0] != 0.0                    # the shipped fit has a Hopper bias
+    assert me.spread(architecture(cal)) == (0.0, me.sigma, 0.0) and me.fitted(architecture(cal))
+    assert 'calibrated = "my_runs.csv row 2, 2026-12-07"' in (out / "h100.chip.toml").read_text()
+
+
 def test_a_calibration_never_replaces_a_file(calibrated, capsys):
     rep, out, path = calibrated
     before = {p.name: p.read_text() for p in out.iterdir()}

@@ -297,6 +297,8 @@ def chip_text(base_path: Path, base_system, theta, spread, inputs, source: str, 
     by_field = {i.field: i for i in inputs if Path(i.file) == Path(base_path)}
     name = data.get("name", base_path.stem)
     text = set_field(text, "", "name", _fmt(f"{name}-calibrated"), None)
+    text = set_field(text, "", "calibrated", _fmt(source), "the model's error then draws no family bias: "
+                     "the fit took it")
     for param, fields in CHIP_FIELDS.items():
         for section, key in fields:
             spec = CHIP[f"{section}.{key}"]

@@ -241,15 +241,21 @@ def _near(n: int, step: int, most: int) -> str:
     return f" (e.g. {' or '.join(str(m) for m in near)})" if near else ""
 
 
+CALIBRATED = "+calibrated"    # a family's name on a chip calibrated to measured steps (its `calibrated` field)
+
+
 def architecture(system: System) -> str:
     """The chip's architecture family (the chip file's `architecture`, e.g. "hopper"), the unit over
     which the model's error is fitted and transferred (uncertainty/modelerror.py); a chip file that
-    names none is a family of its own (its file name), so nothing fitted on another family claims it."""
+    names none is a family of its own (its file name), so nothing fitted on another family claims it.
+    A chip calibrated to a user's measured steps (its `calibrated` field) is its family + CALIBRATED:
+    the fit moved its numbers by its family's bias already."""
     if len(system.files) < 2:
         return system.name
     path = Path(system.files[1])
     try:
-        value = read_file(path).get("architecture", "")
+        data = read_file(path)
     except ConfigError:
-        value = ""
-    return str(value).strip().lower() or f"chip:{path.stem}"
+        data = {}
+    family = str(data.get("architecture", "")).strip().lower() or f"chip:{path.stem}"
+    return family + CALIBRATED if str(data.get("calibrated", "")).strip() else family

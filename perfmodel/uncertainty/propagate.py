@@ -38,7 +38,7 @@ import numpy as np
 from ..cache import jit
 from ..config import DATA_DIR, ConfigError
 from ..evaluate import evaluate, resolve
-from ..hardware import System, architecture
+from ..hardware import CALIBRATED, System, architecture
 from ..plan import Plan, PlanArrays, to_arrays, validate_plan
 from ..workload import RankingModel
 from .inputs import Input, as_applied, file_values, inputs_of, leaf_spec
@@ -91,13 +91,17 @@ class ModelError:
         `family` draws its error from; the last is 0 for a fitted family."""
         if not self.families:
             return self.mean, self.sigma, 0.0
+        if family is not None and family.endswith(CALIBRATED):     # its bias was fitted away with its numbers
+            return 0.0, self.sigma, 0.0
         for name, mean, _ in self.families:
             if name == family:
                 return mean, self.sigma, 0.0
         return 0.0, self.sigma, math.sqrt(max(self.transfer_sigma ** 2 - self.sigma ** 2, 0.0))
 
     def fitted(self, family: str | None) -> bool:
-        return not self.families or any(name == family for name, _, _ in self.families)
+        """Whether `family` draws no spread between families: a fitted family, or a calibrated chip."""
+        return not self.families or (family is not None and family.endswith(CALIBRATED)) or \
+            any(name == family for name, _, _ in self.families)
 
     def eps(self, u: np.ndarray, family: str | None = None, u_between: np.ndarray | None = None) -> np.ndarray:
         """Log errors of a machine of `family` at uniform quantiles `u` (0 < u < 1); `u_between`: the
