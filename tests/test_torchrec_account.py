@@ -2,6 +2,7 @@
 Shapley shares over the six players by hand, and perfmodel's per-shard and per-term figures against
 its own Breakdown. No torch: TorchRec's terms are numbers here."""
 
+import itertools
 import math
 
 import numpy as np
@@ -94,3 +95,13 @@ def test_perfmodel_figures_add_up_to_its_breakdown():
     sync = np.asarray(bd.phase_s["dense_sync"]) * 1e3
     extra = t[:, 3] - np.asarray(bd.phase_s["grad_dist"]) * 1e3
     assert np.all(extra > 0) and np.all(extra < sync) and np.all(t[:, 4] == 0)
+
+
+def test_shapley_is_the_analysis_one():
+    # interop keeps its own copy (the layers forbid importing analysis): both give the same shares
+    from perfmodel.analysis.attribution import shapley as theirs
+    from perfmodel.interop.torchrec_account import shapley as ours
+    T3 = {frozenset(c): 9.0 - 2 * len(c) - (1.5 if {"x", "y"} <= set(c) else 0.0)
+          for r in range(4) for c in itertools.combinations("xyz", r)}
+    a, b = ours(T3, "xyz"), theirs(T3, "xyz")
+    assert all(a[p] == pytest.approx(b[p]) for p in "xyz")

@@ -22,8 +22,8 @@ sum of six players, TorchRec's figures (REST = 0) or perfmodel's.
 
 The account swaps players from TorchRec's figures to perfmodel's: hybrid(S) is the busiest rank's
 sum with the players in S at perfmodel's figures, plus REST if in S; hybrid({}) is TorchRec's
-estimate, hybrid(all) perfmodel's step. Each player's Shapley share (perfmodel.analysis.attribution.
-shapley) of the gap is its contribution:
+estimate, hybrid(all) perfmodel's step. Each player's Shapley share (`shapley`, the
+average over the players' orders of what each one's swap changes) of the gap is its contribution:
   - ms: shares of TorchRec's estimate - perfmodel's step (they add up to it);
   - factor: shares of log(TorchRec / perfmodel), shown as factors whose product is the ratio (where
     every hybrid is positive; otherwise None).
@@ -40,6 +40,7 @@ different spans, embeddings against a whole step, so this one is the weaker sign
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -68,8 +69,21 @@ def hybrid(tr_terms, pm_terms, rest: float, coalition) -> float:
 
 
 def _coalitions():
-    import itertools
     return [frozenset(c) for r in range(len(PLAYERS) + 1) for c in itertools.combinations(PLAYERS, r)]
+
+
+def shapley(value: dict, players) -> dict:
+    """Each player's Shapley value of the game `value` (coalition -> worth, every subset given). Here,
+    not analysis.attribution's: interop sits below analysis in the house's layers."""
+    players = list(players)
+    k = len(players)
+    out = {}
+    for f in players:
+        rest = [g for g in players if g != f]
+        out[f] = sum(math.factorial(r) * math.factorial(k - r - 1) / math.factorial(k)
+                     * (value[frozenset(S) | {f}] - value[frozenset(S)])
+                     for r in range(k) for S in itertools.combinations(rest, r))
+    return out
 
 
 @dataclass(frozen=True)
@@ -100,7 +114,6 @@ class Account:
 
 def account(tr_terms, pm_terms, step_ms: float) -> Account:
     """The account of one plan: tr_terms, pm_terms [D, 5] ms per rank (TERMS), perfmodel's step (ms)."""
-    from ..analysis.attribution import shapley
     rest = step_ms - float(np.max(np.asarray(pm_terms, np.float64).sum(axis=1)))
     h = {S: hybrid(tr_terms, pm_terms, rest, S) for S in _coalitions()}
     # value = what the swap removes from TorchRec's figure: the shares add up to TR - PM
@@ -116,7 +129,6 @@ def account_pair(a: tuple, b: tuple) -> Account:
     """The account of two plans' ratio, A / B: a, b = (tr_terms, pm_terms, step_ms) each. torchrec =
     TR_A / TR_B, perfmodel = PM_A / PM_B; factor: each player's share of (their quotient), the same
     coalition swapped in both plans."""
-    from ..analysis.attribution import shapley
     rests = [step - float(np.max(np.asarray(pm, np.float64).sum(axis=1))) for _, pm, step in (a, b)]
     h = {S: (hybrid(a[0], a[1], rests[0], S), hybrid(b[0], b[1], rests[1], S)) for S in _coalitions()}
     full, none = frozenset(PLAYERS), frozenset()
