@@ -800,7 +800,7 @@ def plans_table(results: list[dict]) -> None:
         print(f"  {r['case']}: TorchRec's plan {r['rate_tr']:.3f} ms in its estimate; the guarded plan "
               f"{r['guarded_rate']:.3f} ms ({100 * (r['guarded_rate'] / r['rate_tr'] - 1):+.1f} %): no worse than "
               f"TorchRec's in TorchRec's estimate {verdict(r['guarded_rate'] <= r['rate_tr'] * (1 + 1e-9))}")
-        print(f"    {'plan':<28}{'perfmodel':>11}{'TorchRec':>10}{'TR/PM':>7}{'ratio of ratios':>16}  {'no worse than its best start':<46}why (2x)")
+        print(f"    {'plan':<28}{'perfmodel':>11}{'TorchRec':>10}{'TR/PM':>7}{'ratio of ratios':>16}  {'no worse than its best start':<52}why (2x)")
         for label, step, rate in r["plans"]:
             st = r["starts"].get(keys.get(label, ""))
             st_text = "-" if label not in keys else ("no starts" if st is None else
@@ -808,7 +808,7 @@ def plans_table(results: list[dict]) -> None:
                                                     ("over the cap)" if st["over"] else f"{st['best_s'] * 1e3:.3f})"))
             a = acc.get(label, {})
             print(f"    {label:<28}{step * 1e3:>11.3f}{rate:>10.3f}{a.get('ratio', float('nan')):>7.2f}"
-                  f"{a.get('pair_ratio', 1.0):>16.2f}  {st_text:<46}{', '.join(a.get('why', [])) if a.get('flagged') else ''}")
+                  f"{a.get('pair_ratio', 1.0):>16.2f}  {st_text:<52}{', '.join(a.get('why', [])) if a.get('flagged') else ''}")
 
 
 if __name__ == "__main__":
