@@ -21,7 +21,7 @@ For the same tables and topology, per case:
      - perfmodel's step time (`pm.evaluate`). TorchRec's plan is imported per table (sharding type +
        ranks + kernel; see `import_torchrec_plan` for what is lossy); TorchRec's plan says nothing about
        dense parallelism, collective algorithms, buckets, chunks or pipelining, so those are given the
-       best values for its table placement (perfmodel.search.greedy._best_settings: every combination
+       best values for its table placement (perfmodel.search.greedy.best_settings: every combination
        evaluated, the fastest kept), i.e. the most favourable reading of TorchRec's plan.
      - TorchRec's estimate: TorchRec's `NoopPerfModel.rate` = max over ranks of the sum of its shards'
        `perf.total` (ms), the number its planner minimizes. For TorchRec's plan: on the planner's chosen
@@ -44,6 +44,26 @@ For the same tables and topology, per case:
      which keeps that cache on): the first fills an empty cache folder (the cold figure), three more load
      it; the planning time is the median of when each first held a plan as fast, by perfmodel's step, as
      TorchRec's.
+  6. Every search's plan against its starts (r.notes["starts"], perfmodel.search.one.never_worse: the
+     planners' plans it started from, each one's score in the objective it searched, and which plan
+     it kept): its best start and whether the plan is no worse than it.
+  7. Where the two models disagree by 2x, why (perfmodel.interop.torchrec_account, tested in
+     tests/test_torchrec_account.py without torch). "Disagree by 2x": for a pair of plans (each of
+     perfmodel's against TorchRec's own), the ratio of ratios (TorchRec's estimate of A / of B) /
+     (perfmodel's step of A / of B) is >= 2 or <= 1/2, the two models differ by 2x about how much
+     better one plan is; for one plan, TorchRec's estimate / perfmodel's step is >= 2 or <= 1/2 (a
+     weaker signal: TorchRec prices the embeddings' busiest rank as a sum, perfmodel a whole step
+     as a schedule). Where either holds, the account lists TorchRec's per-shard Perf terms
+     (fwd_compute, fwd_comms, bwd_compute, bwd_comms, prefetch_compute) on the busiest ranks, by
+     TorchRec's and by perfmodel's measure, beside perfmodel's per-shard lookup seconds
+     (shard_seconds) and per rank both models' five terms (perfmodel's counterparts: emb_fwd,
+     input_dist + output_dist, emb_bwd, grad_dist + the data-parallel tables' share of
+     dense_sync, 0) and perfmodel's rest (its step less that sum: the dense part, less overlap);
+     and names the players whose Shapley shares move the ratio most, each as a factor (the
+     factors' product is the ratio). The bandwidth constants TorchRec assumes per level (HBM,
+     host DRAM for UVM, intra-host, cross-host) are printed against the system's achievable ones.
+     perfmodel's collectives are plan-wide (the busiest device's bytes), so its comms have no
+     per-shard figure; they are compared per rank.
 Targets (issue 3, issue 28): planning >= 10x faster than TorchRec's planner, and a plan whose
 TorchRec-estimated cost is no worse than TorchRec's own choice.
   - Speed, by perfmodel's step: the cold first plan of TorchRec's quality before TorchRec's planner
@@ -55,6 +75,8 @@ TorchRec-estimated cost is no worse than TorchRec's own choice.
     TorchRec's by perfmodel's step >= 10x sooner than TorchRec's planner finishes, and its plan at the
     end of the budget no worse than TorchRec's by TorchRec's own estimator (the exported plan rated
     as TorchRec's is) and by perfmodel's step.
+  - Starts (issue 62): every search's plan no worse than its best start, and the guarded plan no
+    worse than TorchRec's own in TorchRec's estimate.
   The unguarded searches minimize perfmodel's step alone: TorchRec's estimate of their plans is
   printed, not judged. A longer or better unguarded search can end on a plan TorchRec's estimator
   rates above its own choice (MLPerf on h100-64: the 1.895 ms plan, 18 data-parallel and 8
@@ -175,6 +197,36 @@ class TorchRecSide:
         from torchrec.distributed.planner.perf_models import NoopPerfModel
         return float(NoopPerfModel(topology=self.topology).rate(plan=options))
 
+    def terms(self, options) -> np.ndarray:
+        """[ranks, 5] ms: per rank, the sums of its shards' Perf terms (torchrec_account.TERMS: fwd_compute,
+        fwd_comms, bwd_compute, bwd_comms, prefetch_compute), whose row sums are what NoopPerfModel takes
+        the max of (Perf.input_dist_comms is not in Perf.total, so not here either)."""
+        from perfmodel.interop.torchrec_account import TERMS
+        out = np.zeros((self.world, len(TERMS)))
+        for so in options:
+            for s in so.shards:
+                out[s.rank] += [float(getattr(s.perf, t)) for t in TERMS]
+        return out
+
+    def constants(self, system) -> list[tuple[str, float, float, str]]:
+        """(level, TorchRec's figure, the system's achievable figure, both GiB/s per rank, how TorchRec uses
+        it): the bandwidths TorchRec's estimator assumes against perfmodel's system (topology_bandwidths'
+        "system" figures; host DRAM: the chip's host link)."""
+        from perfmodel.hardware import link_bandwidths, link_efficiencies
+        t = self.topology
+        up, out = (float(x) for x in link_bandwidths(system))
+        up_eff, out_eff = (float(x) for x in link_efficiencies(system))
+        gib = lambda per_ms: per_ms * 1e3 / 2**30
+        chip = system.chip
+        return [("HBM", gib(t.hbm_mem_bw), float(chip.hbm_Bps) * float(chip.hbm_eff) / 2**30,
+                 "fused lookups at 1x, the dense (data-parallel) kernel at 0.5x"),
+                ("host DRAM -> HBM (UVM)", gib(t.hbm_to_ddr_mem_bw), float(chip.host_link_Bps) / 2**30,
+                 "UVM caching misses; prefetch"),
+                ("intra-host", gib(t.intra_host_bw), up * up_eff / 2**30,
+                 "all-to-alls of a world within one host"),
+                ("cross-host", gib(t.inter_host_bw), out * out_eff / 2**30,
+                 f"all-to-alls across hosts; all-reduce at {self.local}x it (one NIC per rank)")]
+
     def hbm(self, options) -> tuple[float, float]:
         """(largest per-rank HBM of the plan's shards, TorchRec's per-rank HBM budget), bytes."""
         used = np.zeros(self.world)
@@ -274,7 +326,7 @@ def import_torchrec_plan(options, system, model):
         fused_uvm (no cache) -> cache_ratio 0.01, perfmodel's smallest meaningful ratio.
     """
     from perfmodel import Plan, TablePlan
-    from perfmodel.search.greedy import _best_settings
+    from perfmodel.search.greedy import best_settings
     from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 
     dims = dict(zip(model.tables.names, np.asarray(model.tables.dim).astype(int)))
@@ -318,7 +370,7 @@ def import_torchrec_plan(options, system, model):
         tables[so.name] = tp
     base = Plan(tables={n: tables[n] for n in model.tables.names},
                 offload=bool(float(system.offload.engines) > 0))
-    return _best_settings(system, model, base), lossy
+    return best_settings(system, model, base), lossy
 
 
 # ------------------------------------------------------------------------------------------------- run
@@ -333,6 +385,125 @@ def torchrec_kinds(options) -> str:
     c = Counter((so.sharding_type, len({s.rank for s in so.shards}) if so.sharding_type.endswith("column_wise") else 0)
                 for so in options)
     return ", ".join(f"{st}{f'({k} ranks)' if k else ''} {v}" for (st, k), v in sorted(c.items(), key=lambda kv: -kv[1]))
+
+
+SHORT = {"data_parallel": "DP", "table_wise": "TW", "column_wise": "CW", "row_wise": "RW", "table_row_wise": "TWRW",
+         "table_column_wise": "TWCW"}
+TOP_SHARDS = 6          # shards listed per rank in an account, TorchRec's costliest first
+
+
+def shard_lines(tr, options, plan, per_table, rank: int) -> list[str]:
+    """One rank's shards, TorchRec's Perf terms beside perfmodel's lookup seconds for the same table's shard
+    (torchrec_account.shard_seconds), TorchRec's costliest first; the rest summed."""
+    from perfmodel.interop.torchrec_account import TERMS
+    rows = []
+    for so in options:
+        for s in so.shards:
+            if s.rank == rank:
+                p = s.perf
+                pmf, pmb = per_table.get(so.name, (0.0, 0.0))
+                rows.append((float(p.total), so.name, SHORT.get(so.sharding_type, so.sharding_type),
+                             [float(getattr(p, t)) for t in TERMS], pmf * 1e3, pmb * 1e3))
+    rows.sort(key=lambda r: -r[0])
+    out = [f"        {'shard':<22}{'TR fwd_cmp':>11}{'fwd_comms':>10}{'bwd_cmp':>9}{'bwd_comms':>10}{'prefetch':>9}"
+           f"{'TR total':>9}  |{'PM fwd_cmp':>11}{'bwd_cmp':>9}"]
+    for total, n, st, t, f, b in rows[:TOP_SHARDS]:
+        out.append(f"        {n[:16] + ' ' + st:<22}" + "".join(f"{x:>{w}.3f}" for x, w in zip(t, (11, 10, 9, 10, 9)))
+                   + f"{total:>9.3f}  |{f:>11.3f}{b:>9.3f}")
+    if len(rows) > TOP_SHARDS:
+        rest = rows[TOP_SHARDS:]
+        sums = np.sum([r[3] for r in rest], axis=0)
+        out.append(f"        {f'{len(rest)} more shards':<22}" + "".join(f"{x:>{w}.3f}" for x, w in zip(sums, (11, 10, 9, 10, 9)))
+                   + f"{sum(r[0] for r in rest):>9.3f}  |{sum(r[4] for r in rest):>11.3f}{sum(r[5] for r in rest):>9.3f}")
+    return out
+
+
+def rank_line(label: str, terms_row, extra: str = "") -> str:
+    return (f"        {label:<22}" + "".join(f"{x:>{w}.3f}" for x, w in zip(terms_row, (11, 10, 9, 10, 9)))
+            + f"{float(np.sum(terms_row)):>9.3f}{extra}")
+
+
+def shares_text(acc) -> str:
+    """The players that move the ratio most: factor (and ms, for one plan) per player."""
+    from perfmodel.interop.torchrec_account import REST
+    name = lambda p: "perfmodel's rest (dense, overlap)" if p == REST else p
+    if acc.factor is not None:
+        return ", ".join(f"{name(p)} x{f:.2f}" + (f" ({acc.ms[p]:+.3f} ms)" if acc.ms else "")
+                         for p, f in acc.largest(3))
+    return ", ".join(f"{name(p)} {v:+.3f} ms" for p, v in acc.largest(3)) + " (factors undefined: a hybrid <= 0)"
+
+
+def explain(tr, system, model, entries) -> list[dict]:
+    """Where TorchRec's estimator and perfmodel disagree, why (perfmodel.interop.torchrec_account): entries
+    [(label, TorchRec ShardingOptions, perfmodel Plan, its Breakdown)], TorchRec's own plan first. Per
+    plan TorchRec's estimate / perfmodel's step, and per perfmodel plan the ratio of ratios against
+    TorchRec's plan; where either disagrees by DISAGREE (2x), the players' shares and the busiest
+    ranks' shards. Returns one record per plan."""
+    from perfmodel.interop.torchrec_account import (DISAGREE, PERFMODEL_PHASES, TERMS, account, account_pair,
+                                                    disagrees, perfmodel_terms, shard_seconds)
+    print(f"    -- where the two models disagree by {DISAGREE:g}x (a pair: (TorchRec A / B) / (perfmodel A / B) "
+          f">= {DISAGREE:g} or <= 1/{DISAGREE:g}, B = TorchRec's plan; a plan: TorchRec's estimate / perfmodel's "
+          "step, the same bounds) --")
+    print("       bandwidths per rank, GiB/s: " + "; ".join(
+        f"{lvl} TorchRec {a:.1f} vs the system's {b:.1f} ({use})" for lvl, a, b, use in tr.constants(system)))
+    print(f"       TorchRec's bwd_compute multiplier {tr.topology.bwd_compute_multiplier:g} (its backward = "
+          "this x the forward's lookup); perfmodel's counterparts: " +
+          ", ".join(f"{t} = {PERFMODEL_PHASES[t]}" for t in TERMS[:4]))
+    data = []
+    for label, options, plan, bd in entries:
+        trt, pmt, step = tr.terms(options), perfmodel_terms(system, model, plan, bd), float(bd.step_s) * 1e3
+        data.append((label, options, plan, trt, pmt, step, account(trt, pmt, step)))
+    base = data[0]
+    out = []
+    for i, (label, options, plan, trt, pmt, step, acc) in enumerate(data):
+        pair = account_pair((trt, pmt, step), base[3:6]) if i else None
+        flag_plan, flag_pair = disagrees(acc.ratio), pair is not None and disagrees(pair.ratio)
+        pair_text = (f"; vs TorchRec's plan: TorchRec {pair.torchrec:.3f}, perfmodel {pair.perfmodel:.3f}, ratio of "
+                     f"ratios {pair.ratio:.2f}{' DISAGREE' if flag_pair else ''}" if pair else "")
+        print(f"       {label:<26} TorchRec {acc.torchrec:.3f} ms / perfmodel {acc.perfmodel:.3f} ms = "
+              f"{acc.ratio:.2f}{' DISAGREE' if flag_plan else ''}{pair_text}")
+        flagged = flag_plan or flag_pair
+        same = next((d[0] for d in data[:i] if d[2].tables == plan.tables), None)
+        if same is not None and flagged:      # one placement's account, printed once
+            print(f"         the same placement as {same}'s: its account above")
+            flag_plan = flag_pair = False
+        if flag_pair:
+            print(f"         why the ratio differs (each player's factor, TorchRec's figure -> perfmodel's, in both "
+                  f"plans): {shares_text(pair)}")
+        if flag_plan or flag_pair:
+            print(f"         why this plan's figures differ: {shares_text(acc)}")
+            per_table = shard_seconds(system, model, plan)
+            busiest = int(np.argmax(trt.sum(axis=1)))
+            pm_busiest = int(np.argmax(pmt.sum(axis=1)))
+            for r in sorted({busiest, pm_busiest}):
+                who = " and ".join(w for w, x in (("TorchRec's", busiest), ("perfmodel's", pm_busiest)) if x == r)
+                print(f"         rank {r} ({who} busiest):")
+                print("\n".join(shard_lines(tr, options, plan, per_table, r)))
+                print(rank_line(f"rank {r} TorchRec", trt[r]))
+                print(rank_line(f"rank {r} perfmodel", pmt[r], f"  + rest {step - float(np.max(pmt.sum(axis=1))):+.3f}"
+                                f" = step {step:.3f} ms"))
+        out.append(dict(label=label, torchrec=acc.torchrec, perfmodel=acc.perfmodel, ratio=acc.ratio,
+                        pair_ratio=pair.ratio if pair else 1.0, flagged=flagged,
+                        why=[p for p, _ in (pair if disagrees(pair.ratio if pair else 1.0) else acc).largest(2)]))
+    return out
+
+
+def starts_verdict(label: str, step_s: float, info: dict | None) -> dict | None:
+    """Whether a search's plan is no worse than its best start (r.notes["starts"]: perfmodel.search.one.
+    never_worse), printed; None where the search had no starts."""
+    if not info or info.get("best") is None:
+        print(f"    {label}: no starts scored")
+        return None
+    from perfmodel.search.score import INFEASIBLE
+    ok = step_s <= info["best_s"] * (1 + 1e-6)
+    # a score of INFEASIBLE or more is a penalty: the start is over memory or over the guard's cap
+    over = info["best_s"] >= INFEASIBLE
+    best = (f"{info['best_s'] * 1e3:.4f} ms" if not over else
+            "every start over memory or the guard's cap (its score a penalty, "
+            f"{info['best_s'] / INFEASIBLE:.3g} x {INFEASIBLE:g} s)")
+    print(f"    {label}: {step_s * 1e3:.4f} ms; best start {info['best']} {best}, kept "
+          f"{info['kept']}: no worse than its best start {verdict(ok)}")
+    return dict(ok=ok, best=info["best"], best_s=info["best_s"], kept=info["kept"], over=over)
 
 
 def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandwidths: str = "torchrec",
@@ -428,6 +599,20 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"TorchRec's plan round-tripped through perfmodel and back: TorchRec est. {roundtrip:.3f} ms "
           f"(planner's own: {rate_tr:.3f} ms)")
     print(f"    lossy in importing TorchRec's plan: {dict(lossy) if lossy else 'nothing'}")
+    # every search that starts from the planners' plans returns none worse than the best of them
+    # (perfmodel.search.one.never_worse, in the objective it searched: the guarded one's within the cap)
+    starts = {label: starts_verdict(f"perfmodel {label}", step_s, info) for label, step_s, info in (
+        ("cold", cold["step_s"], cold.get("starts")), ("warm", warm.step_s, warm.notes.get("starts")),
+        ("1/10-time", quick.step_s, quick.notes.get("starts")),
+        ("from TorchRec's", refined.step_s, refined.notes.get("starts")),
+        ("guarded, cold", guarded["step_s"], guarded.get("starts")))}
+    with _quiet():
+        accounts = explain(tr, system, model, [
+            ("TorchRec planner", options, tr_plan, bd_tr), ("perfmodel gradient, cold", est["cold"], cold_plan, cold_bd),
+            ("perfmodel gradient, warm", est["warm"], warm.plan, warm.breakdown),
+            ("perfmodel, 1/10 TorchRec", est["quick"], quick.plan, quick.breakdown),
+            ("perfmodel from TorchRec's", est["refined"], refined.plan, refined.breakdown),
+            ("perfmodel guarded, cold", est["guarded"], guarded_plan, guarded_bd)])
     if save_dir is not None:      # the plans as perfmodel JSON (pm.load_plan reads them), for analysis without rerunning
         writes = [(f"{label}.json", plan.save) for label, plan in (
             ("torchrec", tr_plan), ("cold", cold_plan), ("warm", warm.plan), ("quick", quick.plan),
@@ -499,7 +684,9 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
           f"{quick.step_s * 1e3:.3f} ms ({100 * (quick.step_s / float(bd_tr.step_s) - 1):+.1f} %)", flush=True)
     return dict(case=name, speed=speed_cold, cold_first=bool(matched) and matched <= tr_wall, speed_quick=speed_quick,
                 speed_reload=speed_reload, speed_guarded=speed_guarded, guarded_ok=guarded_ok,
-                guarded_gain=g_step / target - 1, unguarded={key: rate[key] / rate_tr - 1 for key in ("cold", "quick")})
+                guarded_gain=g_step / target - 1, unguarded={key: rate[key] / rate_tr - 1 for key in ("cold", "quick")},
+                plans=[(label, step, rate) for label, _, step, _, rate, _, _ in rows], rate_tr=rate_tr,
+                guarded_rate=rate["guarded"], starts=starts, accounts=accounts)
 
 
 # TorchRec's planner is run this many times where one run takes under TORCHREC_REPEAT_S (the MLPerf
@@ -518,7 +705,8 @@ system, model, _ = load_case(sys.argv[3])
 guard = sys.argv[6] if len(sys.argv) > 6 else None
 r = pm.search(system, model, method="gradient", seed=int(sys.argv[4]), budget_s=float(sys.argv[5]), guard=guard)
 print(json.dumps({"progress": r.notes["progress"], "step_s": r.step_s, "wall_s": r.wall_s, "plan": r.plan.to_dict(),
-                  "iterations": r.iterations, "stopped": r.stopped, "guard": r.notes.get("guard")}))
+                  "iterations": r.iterations, "stopped": r.stopped, "guard": r.notes.get("guard"),
+                  "starts": r.notes.get("starts")}))
 """
 
 
@@ -597,7 +785,30 @@ def main(argv=None) -> int:
               f"both models {verdict(r['guarded_ok'])} (perfmodel's step {100 * r['guarded_gain']:+.1f} % vs TorchRec's "
               f"plan);  not a target, TorchRec's estimate of the unguarded cold and 1/10-time plans "
               f"{100 * r['unguarded']['cold']:+.1f} % / {100 * r['unguarded']['quick']:+.1f} %")
+    plans_table(results)
     return 0
+
+
+def plans_table(results: list[dict]) -> None:
+    """Per case and plan: both models' figures, the starts' verdicts, the 2x disagreements' largest players."""
+    print("\nper case and plan: perfmodel's step and TorchRec's estimate (ms), TorchRec's / perfmodel's, and that ratio over TorchRec's plan's (the ratio of ratios); the search's plan against its best start; "
+          "where the two models disagree by 2x (torchrec_account.DISAGREE), the players that account for most of it")
+    keys = {"perfmodel gradient, cold": "cold", "perfmodel gradient, warm": "warm", "perfmodel, 1/10 TorchRec": "1/10-time",
+            "perfmodel from TorchRec's": "from TorchRec's", "perfmodel guarded, cold": "guarded, cold"}
+    for r in results:
+        acc = {a["label"]: a for a in r["accounts"]}
+        print(f"  {r['case']}: TorchRec's plan {r['rate_tr']:.3f} ms in its estimate; the guarded plan "
+              f"{r['guarded_rate']:.3f} ms ({100 * (r['guarded_rate'] / r['rate_tr'] - 1):+.1f} %): no worse than "
+              f"TorchRec's in TorchRec's estimate {verdict(r['guarded_rate'] <= r['rate_tr'] * (1 + 1e-9))}")
+        print(f"    {'plan':<28}{'perfmodel':>11}{'TorchRec':>10}{'TR/PM':>7}{'ratio of ratios':>16}  {'no worse than its best start':<52}why (2x)")
+        for label, step, rate in r["plans"]:
+            st = r["starts"].get(keys.get(label, ""))
+            st_text = "-" if label not in keys else ("no starts" if st is None else
+                                                    f"{verdict(st['ok'])} (best {st['best']} " +
+                                                    ("over the cap)" if st["over"] else f"{st['best_s'] * 1e3:.3f})"))
+            a = acc.get(label, {})
+            print(f"    {label:<28}{step * 1e3:>11.3f}{rate:>10.3f}{a.get('ratio', float('nan')):>7.2f}"
+                  f"{a.get('pair_ratio', 1.0):>16.2f}  {st_text:<52}{', '.join(a.get('why', [])) if a.get('flagged') else ''}")
 
 
 if __name__ == "__main__":
