@@ -474,7 +474,7 @@ def format_report(rep: dict) -> str:
         capped = [p for p in sorted(CAPPED) if rep.get("capped", {}).get(p)]
         lines.append(f"  note: {len(off)} row{'s' * (len(off) != 1)} still beyond {100 * FAR:.0f} % after the fit"
                      + (f" ({' and '.join(capped)} efficiency capped at 1)" if capped else "")
-                     + ": the three shared scales do not fit it (runs that disagree with each other, or a link, a "
+                     + f": the three shared scales do not fit {'them' if len(off) != 1 else 'it'} (runs that disagree with each other, or a link, a "
                      "kernel or a setting the scales do not reach); where one row pulls them far, check the written "
                      "presets before using them for other runs")
     if rep["draws"]:
