@@ -64,10 +64,10 @@ def on_duration(event, secs, fun_name=None, **kw):
             jit_s["by_name"][name] = (n + 1, total + secs)
 jax.monitoring.register_event_duration_secs_listener(on_duration)
 
-rounds = []               # (seconds, rounds done, phase) at each driver callback
+rounds = []               # (seconds, rounds done, phase, process CPU seconds) at each driver callback
 update = pg.Progress.update
 def timed(self, phase, budget):
-    rounds.append((budget.elapsed(), budget.used, phase))
+    rounds.append((budget.elapsed(), budget.used, phase, time.process_time() - cpu0[0]))
     return update(self, phase, budget)
 pg.Progress.update = timed
 
@@ -77,12 +77,13 @@ system = pm.load_system("%s")
 model = synthetic_model(seed=%d, num_tables=%d, total_params=%g)
 print(f"[{mode}] perfmodel imported and the instance built in {time.perf_counter() - t_import:.1f} s", file=sys.stderr, flush=True)
 
+cpu0 = [0.0]
 def one(b):
     rounds.clear()
     for k in ("trace", "lower", "compile", "programs"):
         jit_s[k] = 0
     jit_s["by_name"] = {}
-    t = time.perf_counter()
+    t, cpu0[0] = time.perf_counter(), time.process_time()
     r = pm.search(system, model, "gradient", seed=%d, budget_s=b, progress=True)
     return {"wall_s": time.perf_counter() - t, "step_s": r.step_s, "iterations": r.iterations,
             "stopped": r.stopped, "progress": r.notes["progress"], "phases": r.notes["phases"],
@@ -117,7 +118,7 @@ def child(mode: str, folder: str, budget: float, reference: float) -> dict:
 def at(r: dict, t: float) -> tuple[int | None, float | None]:
     """(rounds done, best step held) t seconds into the search (a search that ended before t: its
     end); the step None while it held no plan yet."""
-    done = [n for s, n, _ in r["rounds"] if s <= t]
+    done = [n for s, n, *_ in r["rounds"] if s <= t]
     held = [step for s, step in r["progress"] if s <= t]
     return (done[-1] if done else 0), (held[-1] if held else None)
 
@@ -125,10 +126,11 @@ def at(r: dict, t: float) -> tuple[int | None, float | None]:
 def phases(r: dict) -> str:
     """When each phase first ran (the driver's callbacks) and the rounds it took."""
     first = {}
-    for s, _, ph in r["rounds"]:
-        first.setdefault(ph, s)
+    for s, _, ph, cpu in r["rounds"]:
+        first.setdefault(ph, (s, cpu))
     took = {p["name"]: p["rounds"] for p in r["phases"]}
-    return ", ".join(f"{ph} from {s:.1f} s ({took.get(ph, 0)} rounds)" for ph, s in first.items())
+    return ", ".join(f"{ph} from {s:.1f} s ({cpu:.1f} CPU s; {took.get(ph, 0)} rounds)"
+                     for ph, (s, cpu) in first.items())
 
 
 def report(label: str, r: dict, marks) -> list:
@@ -154,6 +156,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=60.0, help="the cold and from-disk searches' budget")
     ap.add_argument("--reference-s", type=float, default=300.0, help="the warm searches' budget")
     ap.add_argument("--cache", help="the compile-cache folder (default: a new empty one, removed after)")
+    ap.add_argument("--cold-only", action="store_true", help="the cold process only (no warm reference, no ratio)")
     a = ap.parse_args()
     marks = [t for t in MARKS if t <= a.budget_s] or [a.budget_s]
     print(f"cold compile at scale: synthetic_model(seed {SEED}, {TABLES} tables, {PARAMS:g} parameters) on "
@@ -168,7 +171,7 @@ def main() -> None:
         elif any(Path(folder).iterdir()):
             print(f"note: {folder} is not empty: the 'cold' row is not cold", flush=True)
         rows = {}
-        for mode in ("cold", "warm", "disk"):
+        for mode in ("cold",) if a.cold_only else ("cold", "warm", "disk"):
             print(f"running {mode} ...", flush=True)
             rows[mode] = child(mode, folder, a.budget_s, a.reference_s)
             print(f"  {mode} process done in {rows[mode]['process_s']:.0f} s (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -177,6 +180,8 @@ def main() -> None:
     print(f"\nrounds and best step at {', '.join(f'{t:g}' for t in marks)} s (load at the end {os.getloadavg()[0]:.1f}; "
           f"cache {len(files)} files, {size:.0f} MB):")
     report("cold", rows["cold"], marks)
+    if a.cold_only:
+        return
     report("warm", rows["warm"], marks)
     report("from disk", rows["disk"], marks)
     w = rows["warm"]
