@@ -157,8 +157,13 @@ def main() -> None:
     ap.add_argument("--reference-s", type=float, default=300.0, help="the warm searches' budget")
     ap.add_argument("--cache", help="the compile-cache folder (default: a new empty one, removed after)")
     ap.add_argument("--cold-only", action="store_true", help="the cold process only (no warm reference, no ratio)")
+    ap.add_argument("--json", help="also write each process's figures (profile, rounds, compiles) to this file")
+    ap.add_argument("--from-json", help="print the table of a file --json wrote, running nothing")
     a = ap.parse_args()
     marks = [t for t in MARKS if t <= a.budget_s] or [a.budget_s]
+    if a.from_json:
+        summary(json.loads(Path(a.from_json).read_text()), marks, f"from {a.from_json}")
+        return
     print(f"cold compile at scale: synthetic_model(seed {SEED}, {TABLES} tables, {PARAMS:g} parameters) on "
           f"{SYSTEM}, gradient search, seed {SEED}, {os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}\n"
           f"one run each, each a fresh process: cold ({a.budget_s:g} s, empty cache), warm (a {a.reference_s:g}-s "
@@ -175,12 +180,18 @@ def main() -> None:
             print(f"running {mode} ...", flush=True)
             rows[mode] = child(mode, folder, a.budget_s, a.reference_s)
             print(f"  {mode} process done in {rows[mode]['process_s']:.0f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
         files = [f for f in Path(folder).rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files) / 1e6
-    print(f"\nrounds and best step at {', '.join(f'{t:g}' for t in marks)} s (load at the end {os.getloadavg()[0]:.1f}; "
-          f"cache {len(files)} files, {size:.0f} MB):")
+    summary(rows, marks, f"load at the end {os.getloadavg()[0]:.1f}; cache {len(files)} files, {size:.0f} MB")
+
+
+def summary(rows: dict, marks, note: str) -> None:
+    """The table of rows (mode -> a process's figures) at the marks, the warm reference, and the ratio."""
+    print(f"\nrounds and best step at {', '.join(f'{t:g}' for t in marks)} s ({note}):")
     report("cold", rows["cold"], marks)
-    if a.cold_only:
+    if "warm" not in rows:
         return
     report("warm", rows["warm"], marks)
     report("from disk", rows["disk"], marks)
@@ -190,6 +201,14 @@ def main() -> None:
           f"({w['stopped']}); the filling search: {1e3 * f['step_s']:.4f} ms, {f['iterations']} rounds in "
           f"{f['wall_s']:.1f} s, {f['jit']['programs']} programs compiled ({f['jit']['compile']:.1f} s)")
     print(f"  best start: {w['best_start']} {1e3 * w['best_start_s']:.4f} ms")
+    for mode, label in (("cold", "cold"), ("warm", "warm"), ("disk", "from disk")):
+        within = next(((s, step) for s, step in rows[mode]["progress"] if step <= TARGET * w["step_s"]), None)
+        if within is None:
+            print(f"  {label}: never within {100 * (TARGET - 1):.0f} % of the warm reference")
+        else:
+            n = max((k for s, k, *_ in rows[mode]["rounds"] if s <= within[0]), default=0)
+            print(f"  {label}: first within {100 * (TARGET - 1):.0f} % of the warm reference at {within[0]:.1f} s "
+                  f"(round {n}, {1e3 * within[1]:.4f} ms)")
     t30 = 30.0 if 30.0 in marks else marks[-1]
     _, cold = at(rows["cold"], t30)
     ratio = float("nan") if cold is None else cold / w["step_s"]
