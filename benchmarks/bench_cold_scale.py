@@ -1,8 +1,9 @@
 """Cold compile at scale: a gradient search of 200 synthetic tables on 48 H100s (6 hosts x 8), cold
 and warm, read at 10, 30 and 60 s, against a warm 300-s search.
 
-    python benchmarks/bench_cold_scale.py                  # about 9 minutes on 2 cores, quiet
+    python benchmarks/bench_cold_scale.py                  # about 13 minutes (two 300-s searches in one)
     python benchmarks/bench_cold_scale.py --budget-s 30 --reference-s 120
+    python benchmarks/bench_cold_scale.py --cold-only --json cold.json     # the cold process alone, its figures kept
 
 The instance is built as benchmarks/vs_torchrec.py builds its synthetic cases
 (perfmodel.search.instances.synthetic_model: seed 0, 200 tables, 1.5e10 parameters, on h100-48).
