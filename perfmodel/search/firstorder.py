@@ -36,7 +36,7 @@ def _smooth_tie(system, model, pa, guard, draws):
     return scores(system, model, pa, guard, TAU, draws=draws)[1]
 
 
-@jit(quick=True)
+@jit(quick=True, export=True)
 def gradient(system, model, pa, guard=None, draws=None):
     """d (tie-broken score at temperature TAU) / d plan arrays, at the plan `pa`. With a search
     objective's draws, of its quantile over the draws (uncertainty.robust: the quantile's

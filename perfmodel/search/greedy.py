@@ -251,7 +251,10 @@ def best_settings(system: System, model: RankingModel, base: Plan, eager: bool =
         for c in (hold.apply(c) for c in candidates):
             held.setdefault(key(c), c)
         candidates = list(held.values())
-    scores = score_settings(system, model, candidates, plan_arrays(base, system, model), eager=eager)
+    # the search's form of the arrays (row_shards carried: plan_arrays(rows=True)) whether or not a
+    # table is row-wise over a subset, so that greedy's plan, the planners' and the search's moves
+    # share one compiled scorer rather than one per arguments' structure
+    scores = score_settings(system, model, candidates, plan_arrays(base, system, model, rows=True), eager=eager)
     best = int(np.argmin(scores))
     return candidates[best] if scores[best] < INFEASIBLE else base
 
