@@ -14,7 +14,7 @@ DESIGN = ROOT.parent / "docs" / "design.md"
 # perfmodel ("__init__": the package's own module, the API; "__main__": python -m perfmodel).
 LAYERS = (
     ("config", "interrupt", "cache"),
-    ("schema", "files", "presets", "pytree"),
+    ("schema", "files", "presets", "pytree", "shapley"),
     ("hardware",),
     ("constraints", "generator"),
     ("workload",),

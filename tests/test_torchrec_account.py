@@ -97,11 +97,11 @@ def test_perfmodel_figures_add_up_to_its_breakdown():
     assert np.all(extra > 0) and np.all(extra < sync) and np.all(t[:, 4] == 0)
 
 
-def test_shapley_is_the_analysis_one():
-    # interop keeps its own copy (the layers forbid importing analysis): both give the same shares
-    from perfmodel.analysis.attribution import shapley as theirs
-    from perfmodel.interop.torchrec_account import shapley as ours
+def test_the_accounts_shapley_shares_by_hand():
+    """v(S) = 9 - 2 |S| - 1.5 where x and y are both in S: each player's own -2, the pair's -1.5
+    split evenly between x and y; the shares add up to v(all) - v(none)."""
+    from perfmodel.interop.torchrec_account import shapley
     T3 = {frozenset(c): 9.0 - 2 * len(c) - (1.5 if {"x", "y"} <= set(c) else 0.0)
           for r in range(4) for c in itertools.combinations("xyz", r)}
-    a, b = ours(T3, "xyz"), theirs(T3, "xyz")
-    assert all(a[p] == pytest.approx(b[p]) for p in "xyz")
+    got = shapley(T3, "xyz")
+    assert got == pytest.approx({"x": -2.75, "y": -2.75, "z": -2.0})

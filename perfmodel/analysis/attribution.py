@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -47,23 +46,8 @@ from ..workload import RankingModel
 from .. import knobs as K
 from ..uncertainty import DEFAULT_DRAWS
 from ..uncertainty.propagate import NO_MODEL_ERROR, ModelError, propagate
+from ..shapley import shapley
 from .planning import planner, plans
-
-
-def shapley(value: Mapping[frozenset, float], players) -> dict:
-    """Shapley value of each player of the game `value` (coalition -> worth, every subset given)."""
-    players = list(players)
-    k = len(players)
-    out = {}
-    for f in players:
-        rest = [g for g in players if g != f]
-        total = 0.0
-        for r in range(k):
-            w = math.factorial(r) * math.factorial(k - r - 1) / math.factorial(k)
-            for S in itertools.combinations(rest, r):
-                total += w * (value[frozenset(S) | {f}] - value[frozenset(S)])
-        out[f] = total
-    return out
 
 
 def _state(system: System, model: RankingModel) -> K.State:

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..shapley import shapley
+
 TERMS = ("fwd_compute", "fwd_comms", "bwd_compute", "bwd_comms", "prefetch_compute")
 REST = "dense_and_overlap"
 PLAYERS = TERMS + (REST,)
@@ -70,20 +72,6 @@ def hybrid(tr_terms, pm_terms, rest: float, coalition) -> float:
 
 def _coalitions():
     return [frozenset(c) for r in range(len(PLAYERS) + 1) for c in itertools.combinations(PLAYERS, r)]
-
-
-def shapley(value: dict, players) -> dict:
-    """Each player's Shapley value of the game `value` (coalition -> worth, every subset given). Here,
-    not analysis.attribution's: interop sits below analysis in the house's layers."""
-    players = list(players)
-    k = len(players)
-    out = {}
-    for f in players:
-        rest = [g for g in players if g != f]
-        out[f] = sum(math.factorial(r) * math.factorial(k - r - 1) / math.factorial(k)
-                     * (value[frozenset(S) | {f}] - value[frozenset(S)])
-                     for r in range(k) for S in itertools.combinations(rest, r))
-    return out
 
 
 @dataclass(frozen=True)
