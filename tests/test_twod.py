@@ -148,6 +148,11 @@ def test_search_over_replica_counts(small, mtia64):
     assert four.step_s == pytest.approx(rows[4]["step_s"], rel=1e-6)
     with pytest.raises(ConfigError, match="replicas"):
         pm.search(mtia64, small, "greedy", replicas=[1, 5])
+    # sync_every asks for a 2D plan: refused on 1D plans, taken with a 2D start (its replica count is searched)
+    with pytest.raises(ConfigError, match="sync_every.*is 4, but the plans searched have one replica"):
+        pm.search(mtia64, small, "greedy", sync_every=4)
+    two_d = pm.search(mtia64, small, "greedy", start=four.plan, sync_every=4)
+    assert two_d.plan.replicas == 4 and two_d.plan.sync_every <= 4
 
 
 def test_search_cli_prints_each_replica_count_and_writes_a_2d_plan(tmp_path):

@@ -153,8 +153,13 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
                  sharding_types=tuple(sharding_types), freeze_settings=freeze_settings, options=options,
                  constraints=(given, limits), hold=held)
     one_d_only = co_design is not None or guard is not None or q is not None
+    asked_sync = sync_every
     replicas, sync_every = plan_wide(given, replicas, sync_every, 0 if one_d_only else system.num_chips)
     counts = replica_counts(system, replicas, group_layout, sync_every, start, given.replicas)
+    if counts == [1] and asked_sync is not None and asked_sync > 1:    # a constraint's sync_every is a bound, not a request
+        raise ConfigError("", "sync_every", f"is {asked_sync}, but the plans searched have one replica (1D: nothing "
+                          "to synchronize between replicas); it applies to 2D plans: give replicas (a count > 1, a "
+                          "list or 'auto') or a 2D start")
     if counts != [1]:
         if one_d_only:
             what = "co_design" if co_design is not None else "a guard" if guard is not None else "an objective"

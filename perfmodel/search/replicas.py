@@ -35,11 +35,6 @@ def plan_wide(given, replicas, sync_every, num_chips: int) -> tuple:
         bad = [r for r in asked if r not in given.replicas]
         if bad:
             raise ConfigError(given.source, "replicas", f"allows {list(given.replicas)}; the search was asked for {bad[0]}")
-    if sync_every is not None and sync_every_problem(sync_every) is None and sync_every > 1 \
-            and (replicas == 1 or replicas == [1]):
-        raise ConfigError("", "sync_every", f"is {sync_every}, but the plans searched have one replica (1D: nothing "
-                          "to synchronize between replicas); it applies to 2D plans: give replicas (a count > 1, a "
-                          "list or 'auto')")
     if sync_every is None:
         sync_every = given.sync_every if given.sync_every is not None else 1
     elif given.sync_every is not None and not isinstance(sync_every, bool) and isinstance(sync_every, int) \
