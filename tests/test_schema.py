@@ -204,7 +204,7 @@ def test_the_far_corners_leave_room_for_the_largest_structures(problem, slowest,
 
 # ----------------------------------------------------------------- the configuration reference
 def test_the_committed_configuration_reference_is_what_the_schema_generates():
-    from perfmodel.schema import markdown
+    from perfmodel.cli.configdoc import markdown
     committed = (DATA.parent / "docs" / "configuration.md").read_text()
     assert committed == markdown(), "run `perfmodel schema --markdown docs/configuration.md` and commit it"
 

@@ -12,6 +12,7 @@ module here, registered in FAMILIES below (their order is `perfmodel --help`'s).
   fidelity.py      validate, calibrate: the model against measurements
   args.py          the arguments several commands share (--system, --chips, --plan, --workers, ...)
   io.py            every result file a command writes, checked before the command runs
+  configdoc.py     docs/configuration.md, generated from schema.py's tables (`perfmodel schema`)
 
 A new study goes in studies.py (or analysis.py where it evaluates a grid or draws a figure); a new
 family of commands is a module with `register(subparsers)`, added to FAMILIES. A family module

@@ -104,5 +104,5 @@ def save_torchrec_plan(data: dict, path) -> None:
 
 def save_reference(path) -> int:
     """The configuration reference as markdown, replacing only a file that `perfmodel schema` wrote."""
-    from ..schema import write
+    from .configdoc import write
     return write(path)
