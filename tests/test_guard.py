@@ -123,6 +123,35 @@ def test_guarded_search_returns_the_fastest_plan_within_the_cap(small_guard):
     assert not none.feasible and not none.notes["guard"]["met"]
 
 
+def test_a_guarded_search_starts_from_the_packed_plan_and_never_loses_to_it(small_guard):
+    """Under a guard the planners' plans are over the cap, so "no worse than the best start" said
+    nothing: greedy's choices packed on the guard's costs are a start too. With the cap at that
+    plan's own guard value it is the one start within the cap; it is listed at its step, the search
+    returns a plan no slower, and the gain is accounted against it alone (never against a start
+    over the cap)."""
+    from perfmodel.search.api import make_problem
+    from perfmodel.search.guard import packed_start
+    from perfmodel.search.greedy import greedy_plan
+    from perfmodel.search.starts import PACKED
+    from perfmodel.plan import SHARDING_TYPES
+    system, model, tables = small_guard
+    guard = ShardCosts.from_dict(system, model, {"name": "rows", "cap": 1e6, "tables": tables})
+    p = make_problem(system, model, precisions=("fp32",), sharding_types=SHARDING_TYPES, freeze_settings=False,
+                     guard=guard)
+    packed = packed_start(p, greedy_plan(system, model, p.masks))
+    cap = guard.value(packed, system, model) * (1 + 1e-4)
+    greedy_value = guard.value(greedy_plan(system, model, p.masks), system, model)
+    assert greedy_value > cap, (greedy_value, cap)        # greedy's own plan is over the cap
+    r = pm.search(system, model, seed=0, iterations=None, budget_s=None, guard=guard.with_cap(cap))
+    s = r.notes["starts"]
+    step = float(pm.evaluate(system, model, packed).step_s)
+    assert s["scores_s"][PACKED] == pytest.approx(step, rel=1e-5)
+    assert s["best"] == PACKED and s["best_s"] == pytest.approx(step, rel=1e-5)
+    assert r.notes["guard"]["met"] and r.step_s <= step * (1 + 1e-6)
+    if s["kept"] == "search":
+        assert s["gain"]["step_s"][0] == pytest.approx(step, rel=1e-5)
+
+
 def test_a_guard_file_and_its_errors(small_guard, tmp_path, capsys):
     system, model, tables = small_guard
     name = model.tables.names[0]

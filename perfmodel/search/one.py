@@ -23,7 +23,7 @@ from .methods import method as make_method, spec
 from .pipeline import Options
 from .problem import Problem
 from .result import SearchResult, gain_account
-from .score import VIOLATED
+from .score import INFEASIBLE, VIOLATED
 from .starts import starts
 
 
@@ -153,7 +153,8 @@ def never_worse(p: Problem, found: Plan, seeds: list[tuple[str, Plan]]) -> tuple
         info["best"], info["best_s"] = name, best[0]
         if best < found_rate:
             return plan, dict(info, kept=name)
-        info["gain"] = gain_account(p.breakdown(plan), p.breakdown(found))   # where the search's gain comes from
+        if best[0] < INFEASIBLE:       # where the search's gain comes from (a start over memory or a guard's cap has no step to gain on)
+            info["gain"] = gain_account(p.breakdown(plan), p.breakdown(found))
     return found, info
 
 

@@ -6,6 +6,10 @@ Every search that picks the candidate of least score (methods.Spec.scores) start
 (`starts`), and returns none worse than the best of them in the objective it searches (one.py keeps
 the best start where the search found nothing lower): a search never loses to a planner it knows.
 
+Under a guard (guard.py) the planners' plans seldom fall within its cap, and a best start over
+the cap says nothing of what the search had to beat: greedy's choices packed on the guard's costs
+(guard.packed_start) join the starts, so a guarded search is never worse than that plan either.
+
 Each framework plan is the planner's table placement with the settings the search's problem allows
 chosen as greedy chooses its own (greedy.best_settings, every combination in one call), the held
 settings kept; a plan the problem's masks, constraints or memory rule out is left out (a planner
@@ -18,6 +22,7 @@ from ..config import ConfigError
 from ..interop.hugectr import hugectr_plan
 from ..plan import SHARDING_TYPES, Plan
 from .greedy import best_settings, greedy_plan
+from .guard import packed_start
 from .score import eager
 
 # HugeCTR's planner at the recipes the MLPerf DLRM-DCNv2 submissions run most (interop/hugectr.py):
@@ -28,16 +33,21 @@ RECIPES = (("hugectr:auto:7:0.008", "auto", 7.0, 0.008), ("hugectr:hier_auto:67:
 # HugeCTR's planner walks shards x buckets in Python: past this many (tables x chips) its plans are
 # left out (a start that costs more than the search's first rounds)
 PLANNER_WORK = 200_000
+PACKED = "packed on the guard's costs"
 
 
 def starts(p, user: Plan | None = None) -> list[tuple[str, Plan]]:
     """[(name, plan), ...]: the user's plan first where given, then greedy's (TorchRec-like), then
-    HugeCTR's at RECIPES and round_robin, each with the held settings (p.hold); plans the problem
-    does not allow are left out, and so is a plan equal to one before it."""
+    HugeCTR's at RECIPES and round_robin, each with the held settings (p.hold), and under a guard
+    greedy's choices packed on its costs (PACKED); plans the problem does not allow are left out,
+    and so is a plan equal to one before it."""
     out = []
     if user is not None:
         out.append(("your start", p.held(user)))
-    out.append(("greedy", greedy_plan(p.system, p.model, p.masks, hold=p.hold)))
+    greedy = greedy_plan(p.system, p.model, p.masks, hold=p.hold)
+    out.append(("greedy", greedy))
+    if p.guard is not None:
+        out.append((PACKED, p.held(packed_start(p, greedy))))
     if p.T * p.D <= PLANNER_WORK and p.D > 1:
         for name, kind, ratio, threshold in RECIPES:
             if kind == "hier_auto" and p.system.num_chips <= p.system.chips_per_host:
