@@ -88,18 +88,16 @@ class ModelError:
 
     def spread(self, family: str | None = None) -> tuple[float, float, float]:
         """(the mean, the spread within the family, the spread between families) a machine of
-        `family` draws its error from; the last is 0 for a fitted family."""
-        if not self.families:
-            return self.mean, self.sigma, 0.0
-        if family is not None and family.endswith(CALIBRATED):     # its bias was fitted away with its numbers
+        `family` draws its error from; the last is 0 for a fitted family (fitted)."""
+        if not self.fitted(family):
+            return 0.0, self.sigma, math.sqrt(max(self.transfer_sigma ** 2 - self.sigma ** 2, 0.0))
+        if self.families and family.endswith(CALIBRATED):     # its bias was fitted away with its numbers
             return 0.0, self.sigma, 0.0
-        for name, mean, _ in self.families:
-            if name == family:
-                return mean, self.sigma, 0.0
-        return 0.0, self.sigma, math.sqrt(max(self.transfer_sigma ** 2 - self.sigma ** 2, 0.0))
+        return next((mean for name, mean, _ in self.families if name == family), self.mean), self.sigma, 0.0
 
     def fitted(self, family: str | None) -> bool:
-        """Whether `family` draws no spread between families: a fitted family, or a calibrated chip."""
+        """Whether `family` draws no spread between families: every family when the error is not
+        fitted by family, a fitted family, or a calibrated chip."""
         return not self.families or (family is not None and family.endswith(CALIBRATED)) or \
             any(name == family for name, _, _ in self.families)
 
