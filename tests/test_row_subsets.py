@@ -48,11 +48,13 @@ def with_table(plan, name, tp):
 
 
 def test_subsets_the_moves_make():
-    # whole domains, two or more (one domain is table_row_wise), fewer than all devices; whole hosts
-    # where a host is not a domain; none where the last domain is partial
-    assert row_subsets(pm.load_system("h100ib-32")) == ((8, 2),)
-    assert row_subsets(pm.load_system("h100ib-128")) == ((8, 2), (8, 4), (8, 8))
-    assert row_subsets(pm.load_system("h100pcie-32")) == ((4, 2), (4, 4), (8, 1), (8, 2))
+    # single devices, 2 or 4 but fewer than a domain holds (HugeCTR's auto inside a node); whole
+    # domains, two or more (one domain is table_row_wise), fewer than all devices; whole hosts where a
+    # host is not a domain; none where the last domain is partial
+    assert row_subsets(pm.load_system("h100ib-8")) == ((1, 2), (1, 4))
+    assert row_subsets(pm.load_system("h100ib-32")) == ((1, 2), (1, 4), (8, 2))
+    assert row_subsets(pm.load_system("h100ib-128")) == ((1, 2), (1, 4), (8, 2), (8, 4), (8, 8))
+    assert row_subsets(pm.load_system("h100pcie-32")) == ((1, 2), (4, 2), (4, 4), (8, 1), (8, 2))
     assert row_subsets(pm.load_system("mtia300-40")) == ()
 
 
@@ -82,8 +84,9 @@ def test_search_arrays_carry_row_shards_and_price_as_the_plan(huge):
 
 def test_subset_moves_score_as_the_plans_they_stand_for(huge):
     """Every table move of a plan (every table on every device; row-wise over every device and over
-    each pair of domains), scored in its compiled batch, equals the score of the Plan it stands for
-    (moves.moved); the batch's arrays are the Plan's arrays; the subsets are whole domains."""
+    each pair of domains and over 2 or 4 single devices), scored in its compiled batch, equals the score
+    of the Plan it stands for (moves.moved); the batch's arrays are the Plan's arrays; the subsets are
+    whole domains, or single devices each sending its own partial sums."""
     system, model, p = huge
     plan = with_table(pm.greedy_plan(system, model), "t0", TablePlan("row_wise", list(range(8, 24))))
     _, _, memory, cap, loads, _ = p.details(plan)
@@ -102,6 +105,12 @@ def test_subset_moves_score_as_the_plans_they_stand_for(huge):
                                       else getattr(batch, f.name)) for f in dataclasses.fields(batch)})
         assert float(one.row_shards[int(c["t"][i])]) == 2.0
         assert from_arrays(one, system, model).tables == moved[i].tables
+    single = np.flatnonzero((c["st"] == RW) & (c["k"] == 1))
+    assert len(single) >= T * 2                      # 2 and 4 devices, per table
+    for i in single:
+        tp = moved[i].tables[model.tables.names[int(c["t"][i])]]
+        assert tp.sharding_type == "row_wise" and len(tp.ranks) in (2, 4)
+        assert float(p.arrays(moved[i]).row_shards[int(c["t"][i])]) == len(tp.ranks) == row_partials(tp.ranks, system)
 
 
 def test_a_descent_reaches_rows_over_two_domains_where_they_pay(huge):
@@ -123,7 +132,7 @@ def test_a_descent_reaches_rows_over_two_domains_where_they_pay(huge):
     assert float(pm.evaluate(system, model, everywhere).step_s) > score
 
 
-def test_kicks_make_whole_block_subsets():
+def test_kicks_make_the_subsets_the_moves_make():
     system, model = pm.load_system(SYSTEM), one_huge()
     p = Problem(system, model, make_masks(system, model))
     plan, seen = pm.greedy_plan(system, model), 0
@@ -131,9 +140,10 @@ def test_kicks_make_whole_block_subsets():
         kicked = mv.kick(p, plan, np.random.default_rng(seed))
         validate_plan(kicked, system, model)
         for tp in kicked.tables.values():
-            if tp.sharding_type == "row_wise" and len(tp.ranks) < 32:
+            if tp.sharding_type == "row_wise" and len(tp.ranks) < 32:      # two whole domains, or 2 or 4 devices
                 seen += 1
-                assert row_partials(tp.ranks, system) == 2
+                whole = len(tp.ranks) == 16 and row_partials(tp.ranks, system) == 2
+                assert whole or row_partials(tp.ranks, system) == len(tp.ranks) in (2, 4), tp.ranks
     assert seen > 0
 
 
@@ -186,3 +196,31 @@ def test_torchrec_export_of_row_wise_subsets():
     flat = with_table(base, "t0", TablePlan("row_wise", [0, 1]))
     with pytest.raises(ConfigError, match="no TorchRec form"):
         pm.torchrec_plan(flat, system, model)
+
+
+def test_a_search_for_torchrec_makes_only_the_shapes_torchrec_runs():
+    """shapes="torchrec" (the CLI's --format torchrec): no row-wise subset among the moves or kicks,
+    HugeCTR's plans with one are no start, a start with one is refused naming it, and the plan found
+    exports; an unknown value is refused naming `shapes`."""
+    from perfmodel.interop.torchrec_plan import without_torchrec_form
+    from perfmodel.search.starts import allowed
+    system, model = pm.load_system(SYSTEM), one_huge(rows0=1e8)
+    p = Problem(system, model, make_masks(system, model), shapes="torchrec")
+    assert p.row_subsets == () and Problem(system, model, make_masks(system, model)).row_subsets
+    base = pm.greedy_plan(system, model)
+    for seed in range(20):
+        kicked = mv.kick(p, base, np.random.default_rng(seed))
+        assert without_torchrec_form(kicked, system) is None
+    h64, mlperf = pm.load_system("h100ib-64"), pm.load_model("dlrm-dcnv2-mlperf")
+    hier = hugectr_plan(h64, mlperf, "hier_auto", 67, 0.0125)
+    assert without_torchrec_form(hier, h64) is not None
+    assert allowed(Problem(h64, mlperf, make_masks(h64, mlperf)), hier)
+    assert not allowed(Problem(h64, mlperf, make_masks(h64, mlperf), shapes="torchrec"), hier)
+    flat = with_table(base, "t0", TablePlan("row_wise", [0, 1]))
+    with pytest.raises(ConfigError, match=r"start: field 'tables\.t0\.ranks'.*no TorchRec form.*shapes='torchrec'"):
+        pm.search(system, model, start=flat, shapes="torchrec", iterations=1)
+    with pytest.raises(ConfigError, match=r"field 'shapes': is 'hugectr'; allowed: all, torchrec"):
+        pm.search(system, model, shapes="hugectr")
+    r = pm.search(system, model, seed=0, iterations=20, budget_s=None, shapes="torchrec")
+    assert without_torchrec_form(r.plan, system) is None
+    pm.torchrec_plan(r.plan, system, model)

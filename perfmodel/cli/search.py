@@ -84,7 +84,8 @@ def register(sub) -> None:
     io.add_output(p, "--out", io.PLAN, help="write the best plan as JSON (never overwrites); `evaluate --plan` reads it")
     p.add_argument("--format", choices=("perfmodel", "torchrec"), default="perfmodel",
                    help="--out's form: perfmodel's plan (default), or TorchRec's sharding plan (every table's "
-                   "ParameterSharding with its shards; pm.load_torchrec_plan reads it)")
+                   "ParameterSharding with its shards; pm.load_torchrec_plan reads it): the search then makes only "
+                   "shapes TorchRec can run (no row-wise over a subset of the ranks)")
     p.add_argument("--torchrec-module", default=None, metavar="PATH", help="with --format torchrec: the "
                    "embedding module's path in the model (default sparse_arch.embedding_bag_collection)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -146,7 +147,8 @@ def _cmd_search(args) -> int:
                               guard=guard if m == args.method else None, constraints=constraints,
                               progress=not args.no_progress and not args.json, replicas=replicas,
                               group_layout=args.group_layout, sync_every=sync_every_arg(args), hold=hold,
-                              start=start if spec(m).scores or spec(m).exact else None))
+                              start=start if spec(m).scores or spec(m).exact else None,
+                              shapes="torchrec" if args.format == "torchrec" else "all"))
     best = min(results, key=lambda r: (not r.feasible, r.step_s))
     chosen = results[0]
     if args.out is not None and args.format == "torchrec":

@@ -155,6 +155,19 @@ def torchrec_plan(plan: Plan | PlanArrays | str | Path, system, model, *, module
     return out
 
 
+def without_torchrec_form(plan, system) -> ConfigError | None:
+    """The error torchrec_plan would raise for the first table of `plan` that is row_wise over a
+    subset of the ranks TorchRec has no form for (_row_wise_subset), or None: what a search limited
+    to TorchRec's shapes (search(shapes="torchrec")) leaves out."""
+    for name, t in plan.tables.items():
+        if t.sharding_type == "row_wise" and len(t.ranks) < system.num_chips:
+            try:
+                _row_wise_subset(name, sorted(t.ranks), system)
+            except ConfigError as e:
+                return e
+    return None
+
+
 def _row_wise_subset(name: str, ranks: list[int], system) -> str:
     """TorchRec's sharding type of a row_wise table over a subset of the ranks (HugeCTR's planners
     make them): table_row_wise where the ranks are one whole scale-up domain (TorchRec's host of

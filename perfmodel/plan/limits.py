@@ -134,7 +134,7 @@ def violations(pa, lim: Limits):
 
 def admissible(lim: Limits | None, c: dict) -> tuple[dict, np.ndarray]:
     """The table moves c (columns t, st, devs, dom, k, cache: search.moves.COLUMNS; row-wise with
-    k >= 2 is over the blocks of k devices from each of devs) that keep the limits, each cache ratio made one they allow (the nearest), and which rows those are."""
+    k >= 1 is over the blocks of k devices from each of devs, with k = 0 over every device) that keep the limits, each cache ratio made one they allow (the nearest), and which rows those are."""
     keep = np.ones(len(c["t"]), bool)
     if lim is None:
         return c, keep
@@ -144,7 +144,7 @@ def admissible(lim: Limits | None, c: dict) -> tuple[dict, np.ndarray]:
                                                                  np.clip(cache, lim.cache_lo[t], lim.cache_hi[t]), 1.0)))
     devs = c["devs"]
     on = np.where(devs >= 0, lim.devices[t[:, None], np.maximum(devs, 0)] > 0, True).all(axis=1)
-    subset = (st == RW) & (c["k"] >= 2)      # row-wise over the blocks of k devices from each of devs
+    subset = (st == RW) & (c["k"] >= 1)      # row-wise over the blocks of k devices from each of devs
     for i in np.flatnonzero(subset):
         on[i] = all((lim.devices[t[i], d:d + c["k"][i]] > 0).all() for d in devs[i] if d >= 0)
     keep = ((lim.types[t, st] > 0) & (on | ~(np.isin(st, (TW, CW)) | subset))

@@ -26,6 +26,7 @@ from ..constraints import as_constraints, model_constraints
 from ..evaluate import as_loaded, resolve
 from ..hardware import System
 from ..interop.hugectr import parse_recipe
+from ..interop.torchrec_plan import without_torchrec_form
 from ..plan import PRECISIONS, SHARDING_TYPES, Plan, from_arrays, parse_hold, resolve as resolve_limits, validate_plan
 from ..uncertainty.robust import DEFAULT_OBJECTIVE_DRAWS
 from ..workload import RankingModel
@@ -35,6 +36,7 @@ from .methods import METHODS, OBJECTIVE_METHODS, is_method, spec  # noqa: F401 (
 from .objective import checked_objective, robust, robust_iterations
 from .one import Settings, make_problem, search_one  # noqa: F401 (make_problem: the search's problem)
 from .pipeline import Options
+from .problem import SHAPES
 from .progress import Progress
 from .replicas import SCREEN_AT, plan_wide, replica_counts, replica_options, replicated  # noqa: F401
 from .result import SearchResult, first_at  # noqa: F401
@@ -86,7 +88,7 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
            guard: ShardCosts | str | None = None, progress: bool = False, iterations: int | str | None = "auto",
            gradients: bool | str = True, constraints=None, replicas=None, group_layout: str = "strided",
            sync_every: int | None = None, objective: str = "nominal", draws: int | None = None,
-           uncertainty_seed: int | None = None) -> SearchResult:
+           uncertainty_seed: int | None = None, shapes: str = "all") -> SearchResult:
     """The fastest memory-feasible plan `method` finds in `iterations` rounds, or `budget_s` seconds
     of wall time if those run out first (no wall-clock limit unless given: a plan is then a function
     of the problem, the seed and the iterations alone, on any machine and under any load).
@@ -110,6 +112,8 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
     by name or path brings its file's [constraints.<table>] too.
     co_design: a hardware knob ('nic_split', 'scale_out_bw') searched with the plan; the result's
     `system` carries the chosen value and notes['co_design'] what it bought.
+    shapes: "all", or "torchrec": only plans TorchRec can run (pm.torchrec_plan exports them), no
+    table row-wise over a subset of the ranks (HugeCTR's shapes; a start that has one is refused).
     guard: a second cost model's per-shard costs and a cap (guard.ShardCosts, or a path to its JSON):
     the gradient method returns the fastest plan within the cap (r.notes["guard"]).
     gradients: True, False, "rank" or "relaxed" (the gradient method's use of gradients, for ablations).
@@ -143,15 +147,19 @@ def search(system: System | str, model: RankingModel | str, method: str = "gradi
         iterations = default_iterations(system, model)
     if start is not None and not isinstance(start, Plan):
         start = from_arrays(start, system, model)
+    if shapes not in SHAPES:
+        raise ConfigError("", "shapes", f"is {shapes!r}; allowed: {', '.join(SHAPES)}")
     if start is not None:
         validate_plan(start, system, model, src="start", constraints=given)   # before any time is spent on it
+        if shapes == "torchrec" and (e := without_torchrec_form(start, system)) is not None:
+            raise ConfigError("start", e.field, f"{e.message}; shapes='torchrec' searches only plans TorchRec can run")
     if guard is not None:
         guard = _checked_guard(guard, method, co_design, system, model)
     options = Options(restarts=restarts, steps=steps, start=start,
                       relaxed=gradients in (True, "relaxed"), rank=gradients in (True, "rank"))
     k = Settings(seed=seed, budget_s=budget_s, iterations=iterations, precisions=tuple(precisions),
                  sharding_types=tuple(sharding_types), freeze_settings=freeze_settings, options=options,
-                 constraints=(given, limits), hold=held)
+                 constraints=(given, limits), hold=held, shapes=shapes)
     one_d_only = co_design is not None or guard is not None or q is not None
     asked_sync = sync_every
     replicas, sync_every = plan_wide(given, replicas, sync_every, 0 if one_d_only else system.num_chips)

@@ -185,7 +185,7 @@ def _combined(p: Problem, plan: Plan, c: dict, improving: list) -> Plan | None:
         t = int(c["t"][i])
         now = plan.tables[names[t]]
         # a row-wise subset (the move's, or the table's now) holds its devices as a placed table does
-        subset = (c["st"][i] == RW and c["k"][i] >= 2, now.sharding_type == "row_wise" and len(now.ranks) < p.D)
+        subset = (mv.is_subset(c, i), now.sharding_type == "row_wise" and len(now.ranks) < p.D)
         devs = set(mv.move_ranks(p, c, i)) if c["st"][i] in (TW, CW) or subset[0] else set()
         old = set(now.ranks) if c["st"][i] in (TW, CW) or any(subset) else set()
         if t in used_t or (devs | old) & used_d:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..cache import jit
 from ..plan import CW, DP, RW, SHARDING_TYPES, TW, TWRW, Plan
-from .moves import empty_moves, row_blocks, subset_ranks
+from .moves import WHOLE, empty_moves, row_blocks, subset_ranks
 from .problem import CW_MOVE_SHARDS, Problem
 from .score import scores
 
@@ -99,7 +99,7 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
     for st in (RW, DP):
         t = np.flatnonzero(ok[:, st] & ((cur != st) | (sub_now & (st == RW))))
         cache = cache_now[t] if st == RW else np.ones(len(t))
-        add(t, st, np.zeros((len(t), 1)), 1, 0, cache,
+        add(t, st, np.zeros((len(t), 1)), WHOLE if st == RW else 1, 0, cache,
             gS[t, st] - base[t] + gk[t] * (1.0 - k_now[t]) + gcache[t] * (cache - cache_now[t]))
     # row-wise over a subset of blocks (moves.row_blocks): the placement's gradient over their devices
     for u, firsts in row_blocks(p, memory, False):
@@ -125,7 +125,8 @@ def table_estimates(p: Problem, plan: Plan, pa, g, memory, loads, infeasible: bo
         doms = np.asarray([plan.tables[n].ranks[0] // L for n in names])
         for ratio in (0.5, 0.2, 0.05):
             t = np.flatnonzero((cur != DP) & (cache_now > ratio) & few)
-            add(t, cur[t], kept[t], np.where(cur[t] == CW, k_now[t], 1), doms[t], ratio, gcache[t] * (ratio - cache_now[t]))
+            add(t, cur[t], kept[t], np.where(cur[t] == CW, k_now[t], np.where(cur[t] == RW, WHOLE, 1)), doms[t], ratio,
+                gcache[t] * (ratio - cache_now[t]))
     if not cols:
         return empty_moves(), np.zeros(0), np.zeros(0)
     join = lambda xs: np.concatenate(xs)

@@ -24,19 +24,20 @@ from .score import host, in_batches, pad
 HOT, COLD = 3, 4      # per resource: heaviest devices to relieve, lightest to load (large instances)
 MIXED_SETTINGS = 32   # setting changes a mixed batch carries (padded to this: one compile)
 COLUMNS = ("t", "st", "devs", "k", "dom", "cache")
+WHOLE = 0             # a row-wise move's k over every device (k >= 1: a subset's blocks of k devices)
 
 
 def table_batch(pa: PlanArrays, t, st, devs, k, dom, cache):
     """Batch of plans, each with table t[i] set to type st[i] on the devices devs[i] (a row of
     CW_MOVE_SHARDS, padded with -1: table-wise one device, column-wise k[i] of them, an equal share
-    each; row-wise with k[i] >= 2 over a subset, the blocks of k[i] devices from each of devs[i],
-    an equal share each), domain dom[i], cache ratio cache[i]. Where pa carries row_shards (the
+    each; row-wise with k[i] >= 1 over a subset, the blocks of k[i] devices from each of devs[i],
+    an equal share each, and with k[i] = 0 over every device), domain dom[i], cache ratio cache[i]. Where pa carries row_shards (the
     search's arrays) the table's is set too: a subset's partial sums per sample (plan.row_partials,
     D where every device holds it), else D."""
     def one(t, st, devs, k, dom, cache):
         D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
         cw = (st == CW).astype(jnp.float32)
-        sub = (st == RW) & (k >= 2)
+        sub = (st == RW) & (k >= 1)
         dev = jnp.arange(D)
         blocks = ((dev[None, :] >= devs[:, None]) & (dev[None, :] < devs[:, None] + k)
                   & (devs[:, None] >= 0)).any(0).astype(jnp.float32)
@@ -138,7 +139,8 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
 
     def add(t, st, devs=(0,), dom=0, cache=1.0, k=None):
         c["t"].append(t), c["st"].append(st), c["devs"].append(list(devs) + [-1] * (CW_MOVE_SHARDS - len(devs)))
-        c["k"].append(k if k is not None else len(devs) if st == CW else 1), c["dom"].append(dom), c["cache"].append(cache)
+        c["k"].append(k if k is not None else len(devs) if st == CW else WHOLE if st == RW else 1)
+        c["dom"].append(dom), c["cache"].append(cache)
     ok = p.allowed
     dom_load = p.domain_loads(memory)
     subsets = row_blocks(p, memory, exhaustive)
@@ -176,6 +178,11 @@ def table_moves(p: Problem, plan: Plan, loads, memory, cap, exhaustive: bool) ->
     return p.admissible({k: np.asarray(v, np.float64 if k == "cache" else np.int64) for k, v in c.items()})[0]
 
 
+def is_subset(c: dict, i: int) -> bool:
+    """Whether table move i of c makes a row-wise subset (its k: the blocks' size; WHOLE: every device)."""
+    return int(c["st"][i]) == RW and int(c["k"][i]) != WHOLE
+
+
 def subset_ranks(firsts, u: int) -> list[int]:
     """The ranks of the blocks of u devices from each of `firsts` (-1: none), sorted."""
     return sorted(r for f in firsts if f >= 0 for r in range(int(f), int(f) + int(u)))
@@ -184,13 +191,16 @@ def subset_ranks(firsts, u: int) -> list[int]:
 def row_blocks(p: Problem, memory, every: bool) -> list[tuple[int, list[int]]]:
     """Row-wise subsets a table move may make (Problem.row_subsets), as (block size u, the blocks'
     first devices): for each (u, m), the m blocks of least memory; every: also each aligned run of
-    m blocks (on a small instance, where every move is scored)."""
+    m blocks (on a small instance, where every move is scored), single devices' runs in the two
+    domains of least memory only (a run per m and domain would outnumber every other move on a
+    system of many domains)."""
     out, seen = [], set()
+    near = set(np.argsort(p.domain_loads(memory), kind="stable")[:2].tolist())
     for u, m in p.row_subsets:
         load = p.block_loads(memory, u)
         sets = [np.sort(np.argsort(load, kind="stable")[:m])]
         if every:
-            sets += [np.arange(j, j + m) for j in range(0, len(load) - m + 1, m)]
+            sets += [np.arange(j, j + m) for j in range(0, len(load) - m + 1, m) if u > 1 or j // p.L in near]
         for blocks in sets:
             key = (u, tuple(int(b) for b in blocks))
             if key not in seen:
@@ -208,7 +218,7 @@ def move_ranks(p: Problem, c: dict, i: int) -> list[int]:
         return sorted(int(d) for d in devs if d >= 0)
     if st == TWRW:
         return p.domain_ranks(int(c["dom"][i]))
-    if st == RW and int(c["k"][i]) >= 2:
+    if is_subset(c, i):
         return subset_ranks(devs, int(c["k"][i]))
     return list(range(p.D))
 

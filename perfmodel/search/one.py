@@ -42,10 +42,11 @@ class Settings:
     constraints: tuple = (None, None)          # (Constraints, plan.Limits)
     hold: Hold = Hold()
     seeded: bool = True                        # start from the planners' plans (starts.py)
+    shapes: str = "all"                        # problem.SHAPES
 
 
 def make_problem(system, model, *, precisions, sharding_types, freeze_settings, guard=None, limits=None,
-                 draws=None, hold: Hold = Hold()) -> Problem:
+                 draws=None, hold: Hold = Hold(), shapes: str = "all") -> Problem:
     """The search problem: the allowed choices as masks (a guard's unpriced types disallowed, the
     per-table constraints' limits applied, the held settings only)."""
     bad = [t for t in sharding_types if t not in SHARDING_TYPES]
@@ -74,7 +75,7 @@ def make_problem(system, model, *, precisions, sharding_types, freeze_settings, 
             raise ConfigError("", "guard", f"table {lost[0]!r} has no cost for any sharding type the search may use")
         masks = dataclasses.replace(masks, types=types)
     return Problem(system, model, masks, guard=guard, freeze_settings=freeze_settings, limits=limits, draws=draws,
-                   hold=hold)
+                   hold=hold, shapes=shapes)
 
 
 def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=None, draws=None,
@@ -91,7 +92,8 @@ def search_one(system, model, method: str, k: Settings, *, guard=None, on_round=
     if traits.exact and limits is not None:
         exact_admits(system, model, limits, given)
     p = make_problem(system, model, precisions=k.precisions, sharding_types=k.sharding_types,
-                     freeze_settings=k.freeze_settings, guard=guard, limits=limits, draws=draws, hold=k.hold)
+                     freeze_settings=k.freeze_settings, guard=guard, limits=limits, draws=draws, hold=k.hold,
+                     shapes=k.shapes)
     options = k.options
     seeds = []
     if traits.scores and k.seeded and not k.freeze_settings:

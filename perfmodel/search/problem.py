@@ -24,6 +24,9 @@ GROUP_MAX = 32        # compound moves on large instances: up to this many table
 CW_MOVE_SHARDS = 8    # column shards a move or kick may split a table into (2 ... 8, as cw_options allows)
 SPLIT_WIDTHS = (2, 4, 8)   # column-wise splits: shards per table, on aligned blocks
 SPLIT_TWRW = 4        # ... with up to this many of the heaviest other tables table-row-wise
+# the plan shapes a search may make: "all", or "torchrec": every table as TorchRec can shard it (no
+# row-wise over a subset of the ranks, which only HugeCTR's planners and perfmodel run)
+SHAPES = ("all", "torchrec")
 ROW_BLOCKS = (1, 2, 4, 8)  # row-wise over a subset: this many blocks (HugeCTR's hier_auto splits a table
                            # over a power of two of nodes; at most CW_MOVE_SHARDS, the blocks a move lists)
 
@@ -56,6 +59,7 @@ class Problem:
     draws: object = None                 # uncertainty.robust.Draws: a feasible plan scores the objective's
                                          # quantile of its step over them (score.scores)
     hold: Hold = Hold()                  # settings held (plan.hold): every plan scored and returned has them
+    shapes: str = "all"                  # "torchrec": only the shapes TorchRec can run (SHAPES)
     # derived in __post_init__
     T: int = field(init=False)
     D: int = field(init=False)
@@ -88,7 +92,7 @@ class Problem:
         put("eager", sc.eager(system, model) and self.draws is None)
         put("cw_moves", [[k for k in self.masks.cw(t) if k <= CW_MOVE_SHARDS] for t in range(T)])
         # a guard prices TorchRec's shapes, and TorchRec has no row-wise subset of several blocks
-        put("row_subsets", row_subsets(system) if self.guard is None else ())
+        put("row_subsets", row_subsets(system) if self.guard is None and self.shapes == "all" else ())
         # the tables' fields as numpy arrays (the same dtypes: the same values), so that the moves'
         # arithmetic runs in numpy rather than as one compiled program per jax operation
         tb = jax.tree_util.tree_map(np.asarray, model.tables)
@@ -190,13 +194,15 @@ def row_subsets(system: System) -> tuple[tuple[int, int], ...]:
     """The row-wise subsets a move may make, as (block size u, blocks m): a table's rows over m
     aligned blocks of u devices, every device of each, fewer than all devices. The blocks are whole
     scale-up domains (m >= 2: each domain reduces its partial sums first, as HugeCTR's hier_auto
-    plans run; one domain is table_row_wise) or whole hosts where a host is not a domain (hier_auto
-    splits over hosts: GB200 NVL72's hosts of 4 inside a domain of 72, PCIe hosts of two domains).
-    None on a system whose last domain is partial (its blocks would not be alike)."""
+    plans run; one domain is table_row_wise), whole hosts where a host is not a domain (hier_auto
+    splits over hosts: GB200 NVL72's hosts of 4 inside a domain of 72, PCIe hosts of two domains),
+    or single devices, fewer than a domain holds (HugeCTR's auto splits a hot table over 2 or 4 of a
+    node's GPUs: the 8-GPU MLPerf runs' table 21). None on a system whose last domain is partial
+    (its blocks would not be alike)."""
     D, L, host = system.num_chips, system.domain_size, system.chips_per_host
     if system.uneven_domains or D < 4:
         return ()
-    out = []
+    out = [(1, m) for m in ROW_BLOCKS if 2 <= m < L and L % m == 0]
     for u in sorted({L, host}):
         if u < 2 or D % u:
             continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..config import ConfigError
 from ..interop.hugectr import hugectr_plan
+from ..interop.torchrec_plan import without_torchrec_form
 from ..plan import SHARDING_TYPES, Plan
 from .greedy import best_settings, greedy_plan
 from .guard import packed_start
@@ -69,10 +70,12 @@ def starts(p, user: Plan | None = None) -> list[tuple[str, Plan]]:
 
 def allowed(p, plan: Plan) -> bool:
     """Whether the problem allows every table's sharding type in `plan` (a plan that breaks the
-    per-table constraints scores VIOLATED, and the search's choice of its best start passes it by)."""
+    per-table constraints scores VIOLATED, and the search's choice of its best start passes it by),
+    and under shapes="torchrec" every table's shape (HugeCTR's rows over a subset of the ranks has none)."""
     types = p.allowed
     return all(types[t, SHARDING_TYPES.index(plan.tables[name].sharding_type)]
-               for t, name in enumerate(p.model.tables.names))
+               for t, name in enumerate(p.model.tables.names)) and (
+        p.shapes == "all" or without_torchrec_form(plan, p.system) is None)
 
 
 def settled(p, tables: Plan) -> Plan:
