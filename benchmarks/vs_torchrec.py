@@ -14,9 +14,11 @@ For the same tables and topology, per case:
      apply (HBM 897 GiB/s, intra-host 600 GiB/s, cross-host 12.5 GiB/s): it only plans, no kernel runs.
      batch_size = global batch / world size (per rank), as TorchRec expects. Its planning time: the
      median of three runs where a run takes under a minute (TORCHREC_RUNS), else the one run.
-  2. perfmodel's `pm.search(system, model, method="gradient", seed=0, budget_s=...)`: cold, in a fresh
-     Python process with an empty compile cache (it compiles everything); then in new processes that load
-     that cache; and warm, the second search of the problem in this process.
+  2. perfmodel's `pm.search(system, model, method="gradient", seed=0, budget_s=..., shapes="torchrec")`
+     (every search here makes only plans TorchRec can run: TorchRec's estimator would price a row-wise
+     subset as rows over every rank, another plan): cold, in a fresh Python process with an empty
+     compile cache (it compiles everything); then in new processes that load that cache; and warm, the
+     second search of the problem in this process.
   3. Both plans evaluated both ways:
      - perfmodel's step time (`pm.evaluate`). TorchRec's plan is imported per table (sharding type +
        ranks + kernel; see `import_torchrec_plan` for what is lossy); TorchRec's plan says nothing about
@@ -528,8 +530,8 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     note = lambda r: f"{r.iterations} rounds, {r.stopped}"
     processes = fresh_processes(name, seed, budget_s)
     cold = processes[0]
-    pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s)
-    warm = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s)
+    pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, shapes="torchrec")
+    warm = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, shapes="torchrec")
     print(f"    perfmodel gradient search, budget {budget_s:g} s: cold (a fresh process, empty cache) {cold['wall_s']:.2f} s "
           f"({cold['iterations']} rounds, {cold['stopped']}); warm (this process, its second search) {warm.wall_s:.2f} s "
           f"({note(warm)})", flush=True)
@@ -549,7 +551,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
 
     # perfmodel given a tenth of TorchRec's planning time, in this process (everything compiled by the
     # calls above): the speed target as a user planning repeatedly (notebook, sweep script) meets it
-    quick = pm.search(system, model, method="gradient", seed=seed, budget_s=tr_wall / 10)
+    quick = pm.search(system, model, method="gradient", seed=seed, budget_s=tr_wall / 10, shapes="torchrec")
     print(f"    perfmodel gradient search, budget {tr_wall / 10:.2f} s (a tenth of TorchRec's time): "
           f"{quick.wall_s:.2f} s {note(quick)}", flush=True)
 
@@ -557,7 +559,7 @@ def run_case(name: str, budget_s: float, timeout_s: int | None, seed: int, bandw
     bd_tr = pm.evaluate(system, model, tr_plan)
     # perfmodel refining TorchRec's plan (its placement as the start): what perfmodel changes, and what
     # TorchRec's estimator thinks of the change
-    refined = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, start=tr_plan)
+    refined = pm.search(system, model, method="gradient", seed=seed, budget_s=budget_s, start=tr_plan, shapes="torchrec")
     with _quiet():
         roundtrip = tr.rate(tr.options_for(tr_plan))
         est = {key: tr.options_for(plan) for key, plan in (("cold", cold_plan), ("warm", warm.plan), ("quick", quick.plan),
@@ -703,7 +705,7 @@ from vs_torchrec import load_case
 pm.enable_compile_cache(sys.argv[2])
 system, model, _ = load_case(sys.argv[3])
 guard = sys.argv[6] if len(sys.argv) > 6 else None
-r = pm.search(system, model, method="gradient", seed=int(sys.argv[4]), budget_s=float(sys.argv[5]), guard=guard)
+r = pm.search(system, model, method="gradient", seed=int(sys.argv[4]), budget_s=float(sys.argv[5]), guard=guard, shapes="torchrec")
 print(json.dumps({"progress": r.notes["progress"], "step_s": r.step_s, "wall_s": r.wall_s, "plan": r.plan.to_dict(),
                   "iterations": r.iterations, "stopped": r.stopped, "guard": r.notes.get("guard"),
                   "starts": r.notes.get("starts")}))
