@@ -152,8 +152,9 @@ def jit(fun=None, *, quick: bool = False, export: bool = False, library_fusions:
     (other backends: jax.jit as is). Use it as @jit, @jit(static_argnums=...) or jit(f, ...).
     library_fusions=True keeps XLA's YNNPACK fusions (compile_options): for a program that runs
     many times, where they run faster and the first call's kernel building does not count.
-    export=True (functions of pytrees of arrays, no static arguments): with the persistent cache on,
-    the traced program is kept there too (Exported), so that a new process skips tracing the model."""
+    export=True (functions of pytrees of arrays, no static arguments): the traced program is exported
+    (Exported) and, with the persistent cache on, kept there too, so that a new process skips tracing
+    the model."""
     import jax
 
     if fun is None:
@@ -171,8 +172,8 @@ EXPORT = True
 
 
 def exporting() -> bool:
-    """Whether cache.jit(export=True) functions load and keep exported programs now (EXPORT, and the
-    persistent cache on)."""
+    """Whether cache.jit(export=True) functions load and keep exported programs in the cache folder now
+    (EXPORT, and the persistent cache on)."""
     import jax
 
     return EXPORT and bool(jax.config.jax_compilation_cache_dir)
@@ -184,8 +185,11 @@ class Exported:
     perfmodel), so that a new process loads it instead of tracing the Python model again. The
     program is compiled with the same options, and the executable kept beside it (_keep_executable,
     per machine), so that a new process on this machine loads that and neither lowers nor compiles.
-    Its results are the same. Without the cache, or under a trace (vmap, grad, another jit), it is
-    the plain jitted function."""
+    Without the cache (or with EXPORT off) the program is exported in memory all the same: XLA
+    compiles an exported program otherwise than the plain jitted function (its float32 sums may
+    differ in the last bit), and a search that breaks ties on them would find another plan with the
+    cache on than off. Under a trace (vmap, grad, another jit) it is the plain jitted function: the
+    enclosing program is compiled whole, the same way with the cache on or off."""
 
     def __init__(self, fun, quick: bool, library_fusions: bool = False):
         import jax
@@ -203,7 +207,7 @@ class Exported:
         import jax
 
         leaves, tree = jax.tree_util.tree_flatten(args)
-        if not exporting() or traced(leaves):
+        if traced(leaves):
             return self.plain(*args)
         key = (tree, tuple(_aval(x) for x in leaves))
         call, out_tree = self._entry(key, leaves)
@@ -230,7 +234,7 @@ class Exported:
                 entry = self.calls.get(key)
                 if entry is None:
                     try:
-                        entry = self._made(jax.config.jax_compilation_cache_dir, *key, leaves)
+                        entry = self._made(jax.config.jax_compilation_cache_dir if exporting() else None, *key, leaves)
                     except Exception:     # noqa: BLE001 -- a program jax cannot export: the plain one
                         entry = (None, None)
                     self.calls[key] = entry
@@ -247,19 +251,19 @@ class Exported:
         return (tag, digest, os.path.join(folder, f"perfmodel-export-{tag}-{digest}"),
                 os.path.join(folder, f"perfmodel-exec-{tag}-{machine}"))
 
-    def _made(self, folder: str, tree, shapes: tuple, leaves):
-        """Load the exported program from `folder`, or trace and export it there; the callable on
-        the flat leaves and the output structure. shapes: the leaves' _aval."""
+    def _made(self, folder: str | None, tree, shapes: tuple, leaves):
+        """Load the exported program from `folder`, or trace and export it there (None: in memory
+        only); the callable on the flat leaves and the output structure. shapes: the leaves' _aval."""
         import pickle
 
         import jax
 
-        tag, digest, path, exec_path = self._paths(folder, tree, shapes)
-        loaded = _load_executable(exec_path)
+        tag, digest, path, exec_path = self._paths(folder or "", tree, shapes)
+        loaded = _load_executable(exec_path) if folder else None
         if loaded is not None:
             return loaded
         exp = out_tree = None
-        if os.path.exists(path):
+        if folder and os.path.exists(path):
             try:
                 with open(path, "rb") as f:
                     blob, out_tree = pickle.load(f)
@@ -278,7 +282,8 @@ class Exported:
             out_tree = holder["tree"]
             # (pickle: the output structure names perfmodel's classes; the folder is the user's own, as
             # are the compiled programs XLA loads from it)
-            _dump_whole(path, (bytes(exp.serialize()), out_tree))
+            if folder:
+                _dump_whole(path, (bytes(exp.serialize()), out_tree))
         # compiled ahead for these leaves: one executable whether a call's arrays are numpy or already
         # on the device (a jitted exp.call would compile once for each). Named after the file: XLA's
         # cache keys it apart from every other source of perfmodel, so that the executable is compiled
@@ -289,7 +294,7 @@ class Exported:
         call.__name__ = call.__qualname__ = f"perfmodel_{tag}_{digest[:12]}"
         with _CacheHits() as hits:
             compiled = jax.jit(call, compiler_options=self.options).lower(*leaves).compile()
-        if hits.count == 0:                    # compiled here, not handed back by XLA's cache
+        if folder and hits.count == 0:         # compiled here, not handed back by XLA's cache
             _keep_executable(exec_path, compiled, out_tree)
         return compiled, out_tree
 

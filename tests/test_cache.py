@@ -37,9 +37,11 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
     the exported program and the executable compiled from it in the cache folder; a new process (a new
     Exported, nothing in memory) loads the executable without running the Python function (or, without
     it, the exported program), and gives the same numbers, pytrees and all. Other shapes are another
-    program; under a trace, or with the cache off, it is the plain jitted function; unreadable files are
-    made again; another source of perfmodel does not reuse them; an executable XLA's cache handed back
-    is not kept (its copy would not run)."""
+    program; under a trace it is the plain jitted function; with the cache off the same exported program
+    runs, kept in memory only (the plain function's compile may differ in the last bit, and a search
+    would then find other plans with the cache off); unreadable files are made again; another source
+    of perfmodel does not reuse them; an executable XLA's cache handed back is not kept (its copy
+    would not run)."""
     import jax.numpy as jnp
     import numpy as np
     from jax._src import compilation_cache
@@ -102,8 +104,11 @@ def test_an_exported_program_is_loaded_by_a_new_process_instead_of_traced(tmp_pa
         cache.jit(f, export=True)(box, x)
         assert len(traces) >= 1 and len(kept("export")) == 4 and len(kept("exec")) == 4    # a fresh compile: kept
         jax.config.update("jax_compilation_cache_dir", None)
-        off = cache.jit(f, export=True)(box, x)                # cache off: plain jit, nothing written
-        assert len(kept("export")) == 4 and float(off[0]["n"]) == float(plain[0]["n"])
+        fn_off = cache.jit(f, export=True)
+        traces.clear()
+        off = fn_off(box, x)                                   # cache off: exported in memory, nothing written
+        assert len(kept("export")) == 4 and len(kept("exec")) == 4 and float(off[0]["n"]) == float(plain[0]["n"])
+        assert len(traces) >= 1 and [c is not None for c, _ in fn_off.calls.values()] == [True]
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", min_before)
