@@ -31,14 +31,14 @@ from torchrec.distributed.planner.enumerators import EmbeddingEnumerator  # noqa
 from torchrec.distributed.planner.types import PlanLoader  # noqa: E402
 from torchrec.distributed.types import CacheParams  # noqa: E402
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "torchrec.md"      # the TorchRec path's example lives there
 
 
 def test_readme_torchrec_path_runs_as_written():
-    snippet = README.read_text().split("<!-- torchrec-path -->")[1].split("```python")[1].split("```")[0]
+    snippet = GUIDE.read_text().split("<!-- torchrec-path -->")[1].split("```python")[1].split("```")[0]
     assert len(snippet.strip().splitlines()) < 15
     scope = {}
-    exec(compile(snippet, str(README), "exec"), scope)
+    exec(compile(snippet, str(GUIDE), "exec"), scope)
     plan = scope["sharding_plan"].plan["sparse_arch.embedding_bag_collection"]
     assert set(plan) == {"user", "item", "geo"}
 
