@@ -134,7 +134,8 @@ def violations(pa, lim: Limits):
 
 def admissible(lim: Limits | None, c: dict) -> tuple[dict, np.ndarray]:
     """The table moves c (columns t, st, devs, dom, k, cache: search.moves.COLUMNS; row-wise with
-    k >= 1 is over the blocks of k devices from each of devs, with k = 0 over every device) that keep the limits, each cache ratio made one they allow (the nearest), and which rows those are."""
+    k >= 1 is over the blocks of k devices from each of devs, with k = 0 over every device) that
+    keep the limits, each cache ratio made one they allow (the nearest), and which rows those are."""
     keep = np.ones(len(c["t"]), bool)
     if lim is None:
         return c, keep

@@ -31,13 +31,13 @@ def table_batch(pa: PlanArrays, t, st, devs, k, dom, cache):
     """Batch of plans, each with table t[i] set to type st[i] on the devices devs[i] (a row of
     CW_MOVE_SHARDS, padded with -1: table-wise one device, column-wise k[i] of them, an equal share
     each; row-wise with k[i] >= 1 over a subset, the blocks of k[i] devices from each of devs[i],
-    an equal share each, and with k[i] = 0 over every device), domain dom[i], cache ratio cache[i]. Where pa carries row_shards (the
-    search's arrays) the table's is set too: a subset's partial sums per sample (plan.row_partials,
-    D where every device holds it), else D."""
+    an equal share each, and with k[i] = WHOLE (0) over every device), domain dom[i], cache ratio
+    cache[i]. Where pa carries row_shards (the search's arrays) the table's is set too: a subset's
+    partial sums per sample (plan.row_partials, D where every device holds it), else D."""
     def one(t, st, devs, k, dom, cache):
         D, H = pa.placement.shape[1], pa.domain_placement.shape[1]
         cw = (st == CW).astype(jnp.float32)
-        sub = (st == RW) & (k >= 1)
+        sub = (st == RW) & (k != WHOLE)
         dev = jnp.arange(D)
         blocks = ((dev[None, :] >= devs[:, None]) & (dev[None, :] < devs[:, None] + k)
                   & (devs[:, None] >= 0)).any(0).astype(jnp.float32)
